@@ -1,0 +1,1 @@
+"""GPU cluster domain model, GPU catalogue, and the Kubernetes adapter."""

@@ -1,0 +1,1 @@
+"""The published language: versioned commands, events and subjects."""

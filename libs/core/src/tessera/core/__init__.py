@@ -1,0 +1,1 @@
+"""The shared runtime: messaging, database, observability, settings and the service runner."""

@@ -1,0 +1,1 @@
+"""A GPU cluster in a box for development, demos and tests."""

@@ -1,0 +1,1 @@
+"""Fixtures, builders and fakes for tests."""

@@ -1,0 +1,1 @@
+"""Multi-tenant queues, quotas and admission."""

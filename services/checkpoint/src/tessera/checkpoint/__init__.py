@@ -1,0 +1,1 @@
+"""Checkpoint before preemption and restore after."""

@@ -1,0 +1,1 @@
+"""Load forecasts for the HPA and KEDA."""

@@ -1,0 +1,1 @@
+"""MIG and time-slicing layouts."""

@@ -1,0 +1,1 @@
+"""GPU telemetry: inventory, samples, idle and unhealthy GPUs."""

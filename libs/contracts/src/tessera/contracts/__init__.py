@@ -1,1 +1,1 @@
-"""The published language: versioned commands, events and subjects."""
+"""The published language: versioned commands and events, the job spec, and subject names."""

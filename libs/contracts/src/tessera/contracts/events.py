@@ -1,0 +1,171 @@
+"""Commands and events, version 1. Add fields only; a breaking change is a new type version."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tessera.contracts import subjects
+from tessera.contracts.base import FieldError, Message
+from tessera.contracts.jobs import JobSpec
+
+
+class SubmitJob(Message):
+    TYPE: ClassVar[str] = "io.tessera.admission.submit_job.v1"
+    SUBJECT: ClassVar[str] = subjects.SUBMIT_JOB
+    SUMMARY: ClassVar[str] = "Submit a job; answered by job_accepted or job_rejected."
+
+    job_id: Annotated[str | None, Field(description="optional client-chosen id; makes resubmission idempotent")] = (
+        None
+    )
+    spec: dict[str, object] = Field(description="a JobSpec; validated by admission, not by the transport")
+
+    def key(self) -> str:
+        return self.job_id or ""
+
+
+class JobAccepted(Message):
+    TYPE: ClassVar[str] = "io.tessera.admission.job_accepted.v1"
+    SUBJECT: ClassVar[str] = subjects.JOB_ACCEPTED
+    SUMMARY: ClassVar[str] = "A valid job was stored and queued."
+
+    job_id: str
+    name: str
+    tenant: str
+    queue: str
+
+    def key(self) -> str:
+        return self.job_id
+
+
+class JobRejected(Message):
+    TYPE: ClassVar[str] = "io.tessera.admission.job_rejected.v1"
+    SUBJECT: ClassVar[str] = subjects.JOB_REJECTED
+    SUMMARY: ClassVar[str] = "A submission was refused; each error names the field and the reason."
+
+    job_id: str
+    name: str | None = None
+    errors: list[FieldError]
+
+    def key(self) -> str:
+        return self.job_id
+
+
+class JobAdmitted(Message):
+    TYPE: ClassVar[str] = "io.tessera.admission.job_admitted.v1"
+    SUBJECT: ClassVar[str] = subjects.JOB_ADMITTED
+    SUMMARY: ClassVar[str] = "Quota allows the job; the scheduler may place it."
+
+    job_id: str
+    spec: JobSpec
+    submitted_at: datetime
+
+    def key(self) -> str:
+        return self.job_id
+
+
+class GpuAssignment(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    uuid: str
+    milli: Annotated[int, Field(ge=1, le=1000)]
+
+
+class PodPlacement(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    pod: str
+    group: str
+    node: str
+    gpus: list[GpuAssignment] = []
+
+
+class GangPlaced(Message):
+    TYPE: ClassVar[str] = "io.tessera.scheduler.gang_placed.v1"
+    SUBJECT: ClassVar[str] = subjects.GANG_PLACED
+    SUMMARY: ClassVar[str] = "Every pod of the job's gang is placed and bound."
+
+    job_id: str
+    placements: list[PodPlacement]
+
+    def key(self) -> str:
+        return self.job_id
+
+
+class GangUnschedulable(Message):
+    TYPE: ClassVar[str] = "io.tessera.scheduler.gang_unschedulable.v1"
+    SUBJECT: ClassVar[str] = subjects.GANG_UNSCHEDULABLE
+    SUMMARY: ClassVar[str] = "The gang cannot be placed now; nothing is held for it."
+
+    job_id: str
+    message: str
+    rejected_nodes: Annotated[dict[str, int], Field(description="reason -> number of nodes rejected for it")] = {}
+
+    def key(self) -> str:
+        return self.job_id
+
+
+class GpuInventory(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    healthy: bool = True
+
+
+class NodeInventory(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    labels: dict[str, str] = {}
+    gpus: list[GpuInventory] = []
+
+
+class InventoryChanged(Message):
+    TYPE: ClassVar[str] = "io.tessera.telemetry.inventory_changed.v1"
+    SUBJECT: ClassVar[str] = subjects.INVENTORY_CHANGED
+    SUMMARY: ClassVar[str] = "The full GPU inventory of the nodes this telemetry instance watches."
+
+    source: str = Field(description="the telemetry instance or cluster file reporting")
+    nodes: list[NodeInventory]
+
+
+class GpuSample(Message):
+    TYPE: ClassVar[str] = "io.tessera.telemetry.gpu_sample.v1"
+    SUBJECT: ClassVar[str] = subjects.ALL_GPU_SAMPLES
+    SUMMARY: ClassVar[str] = "One reading of one GPU."
+
+    node: str
+    gpu_index: int
+    gpu_uuid: str
+    at: datetime
+    utilization_pct: Annotated[float, Field(ge=0, le=100)]
+    memory_used_mib: Annotated[int, Field(ge=0)]
+    power_w: Annotated[float, Field(ge=0)]
+    temperature_c: float
+
+    def subject(self) -> str:
+        return subjects.gpu_samples(self.node)
+
+    def key(self) -> str:
+        return self.gpu_uuid
+
+
+ALL: tuple[type[Message], ...] = (
+    SubmitJob,
+    JobAccepted,
+    JobRejected,
+    JobAdmitted,
+    GangPlaced,
+    GangUnschedulable,
+    InventoryChanged,
+    GpuSample,
+)
+BY_TYPE: dict[str, type[Message]] = {m.TYPE: m for m in ALL}

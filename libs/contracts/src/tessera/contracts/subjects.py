@@ -1,0 +1,44 @@
+"""Subject names: the one place they are spelled."""
+
+from __future__ import annotations
+
+import re
+
+ROOT = "tessera"
+SERVICES = ("telemetry", "forecaster", "admission", "scheduler", "slicing", "checkpoint")
+_TOKEN = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def stream_name(service: str) -> str:
+    return f"TESSERA_{service.upper()}"
+
+
+def stream_subjects(service: str) -> str:
+    return f"{ROOT}.{service}.>"
+
+
+def event(owner: str, name: str) -> str:
+    return f"{ROOT}.{owner}.evt.{name}"
+
+
+def command(receiver: str, verb: str) -> str:
+    return f"{ROOT}.{receiver}.cmd.{verb}"
+
+
+def dead_letter(service: str, consumer: str) -> str:
+    return f"{ROOT}.{service}.dlq.{consumer}"
+
+
+def gpu_samples(node: str) -> str:
+    """Samples of one node; node names may hold dots, which are not allowed inside a token."""
+    return f"{ROOT}.telemetry.gpu.{_TOKEN.sub('_', node)}"
+
+
+SUBMIT_JOB = command("admission", "submit_job")
+JOB_ACCEPTED = event("admission", "job_accepted")
+JOB_REJECTED = event("admission", "job_rejected")
+JOB_ADMITTED = event("admission", "job_admitted")
+GANG_PLACED = event("scheduler", "gang_placed")
+GANG_UNSCHEDULABLE = event("scheduler", "gang_unschedulable")
+INVENTORY_CHANGED = event("telemetry", "inventory_changed")
+ALL_GPU_SAMPLES = f"{ROOT}.telemetry.gpu.*"

@@ -1,0 +1,1 @@
+"""The database: async engine, unit of work, messaging tables and migrations."""

@@ -1,0 +1,1 @@
+"""Messaging over NATS JetStream: CloudEvents envelope, streams, consumers, outbox relay, dead letters."""

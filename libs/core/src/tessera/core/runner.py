@@ -1,0 +1,251 @@
+"""The service runner: one FastAPI app per service with health, readiness, metrics and a clean shutdown.
+
+Start-up: connect to NATS and Postgres, provision the stream, start the outbox relay, the consumers and
+the background tasks. Shutdown (SIGTERM via uvicorn): stop fetching, let the in-flight message finish,
+then drain NATS and dispose of the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+from fastapi import APIRouter, FastAPI, Response
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import MetaData, Table, text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from tessera.contracts import subjects
+from tessera.core.db.engine import make_engine, make_session_factory
+from tessera.core.db.uow import UnitOfWork
+from tessera.core.messaging.consumer import ConsumerRunner, ConsumerSpec
+from tessera.core.messaging.outbox import OutboxRelay
+from tessera.core.messaging.streams import ensure_stream
+from tessera.core.observability.metrics import Metrics
+from tessera.core.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServiceContext:
+    """What a running service holds; handlers and background tasks receive it."""
+
+    name: str
+    settings: ServiceSettings
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+    nc: NATS
+    js: JetStreamContext
+    outbox: Table
+    inbox: Table
+    metrics: Metrics
+    stop: asyncio.Event
+    relay: OutboxRelay | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def uow(self) -> UnitOfWork:
+        return RelayWakingUnitOfWork(
+            self.sessions, self.outbox, self.inbox, f"tessera/{self.name}", self.relay
+        )
+
+
+class RelayWakingUnitOfWork(UnitOfWork):
+    """Wakes the in-process relay after a commit that queued events, so latency is not a poll interval."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        outbox: Table,
+        inbox: Table,
+        source: str,
+        relay: OutboxRelay | None,
+    ) -> None:
+        super().__init__(sessions, outbox, inbox, source)
+        self._relay = relay
+
+    async def commit(self) -> None:
+        await super().commit()
+        if self.published and self._relay is not None:
+            self._relay.wake()
+
+
+BackgroundTask = Callable[[ServiceContext], Coroutine[Any, Any, None]]
+
+
+@dataclass
+class ServiceDefinition:
+    name: str
+    metadata: MetaData
+    outbox: Table
+    inbox: Table
+    consumers: Callable[[ServiceContext], list[ConsumerSpec]] = lambda ctx: []
+    routers: list[APIRouter] = field(default_factory=list)
+    background: list[BackgroundTask] = field(default_factory=list)
+    on_start: Callable[[ServiceContext], Awaitable[None]] | None = None
+
+
+async def connect_nats(url: str, name: str) -> NATS:
+    async def on_error(exc: Exception) -> None:
+        log.warning("nats error", extra={"error": repr(exc)})
+
+    return await nats.connect(
+        url,
+        name=name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        error_cb=on_error,
+        connect_timeout=5,
+        allow_reconnect=True,
+    )
+
+
+async def start_context(
+    definition: ServiceDefinition, settings: ServiceSettings, metrics: Metrics | None = None
+) -> ServiceContext:
+    engine = make_engine(
+        settings.database_url.get_secret_value(),
+        pool_size=settings.db_pool_size,
+        application_name=f"tessera-{definition.name}",
+    )
+    nc = await connect_nats(settings.nats_url, f"tessera-{definition.name}")
+    js = nc.jetstream()
+    await ensure_stream(js, definition.name, settings.stream.limits())
+    return ServiceContext(
+        name=definition.name,
+        settings=settings,
+        engine=engine,
+        sessions=make_session_factory(engine),
+        nc=nc,
+        js=js,
+        outbox=definition.outbox,
+        inbox=definition.inbox,
+        metrics=metrics or Metrics(),
+        stop=asyncio.Event(),
+    )
+
+
+class RunningService:
+    """The tasks of one service instance; usable without HTTP (tests, benchmarks) and inside the app."""
+
+    def __init__(self, definition: ServiceDefinition, ctx: ServiceContext) -> None:
+        self.definition = definition
+        self.ctx = ctx
+        self.tasks: list[asyncio.Task[None]] = []
+        self.consumers: list[ConsumerRunner] = []
+
+    async def start(self) -> None:
+        ctx = self.ctx
+        s = ctx.settings
+        ctx.relay = OutboxRelay(
+            ctx.js, ctx.sessions, ctx.outbox, ctx.metrics, ctx.stop, poll_s=s.outbox_poll_s
+        )
+        if self.definition.on_start is not None:
+            await self.definition.on_start(ctx)
+        self.tasks.append(asyncio.create_task(ctx.relay.run(), name=f"{ctx.name}-outbox-relay"))
+        for spec in self.definition.consumers(ctx):
+            runner = ConsumerRunner(ctx.js, spec, ctx.uow, ctx.name, ctx.metrics, ctx.stop)
+            self.consumers.append(runner)
+            self.tasks.append(asyncio.create_task(runner.run(), name=f"{ctx.name}-{spec.name}"))
+        for task in self.definition.background:
+            self.tasks.append(asyncio.create_task(task(ctx), name=f"{ctx.name}-{task.__name__}"))
+
+    async def stop(self) -> None:
+        self.ctx.stop.set()
+        if self.tasks:
+            _, pending = await asyncio.wait(self.tasks, timeout=self.ctx.settings.shutdown_grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.ctx.nc.drain()
+        await self.ctx.engine.dispose()
+
+    async def ready(self) -> dict[str, str]:
+        """Component -> problem; empty when ready."""
+        problems: dict[str, str] = {}
+        try:
+            async with self.ctx.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        except Exception as exc:
+            problems["database"] = repr(exc)
+        if not self.ctx.nc.is_connected:
+            problems["nats"] = "not connected"
+        else:
+            try:
+                await self.ctx.js.stream_info(subjects.stream_name(self.ctx.name))
+            except Exception as exc:
+                problems["stream"] = repr(exc)
+        for runner in self.consumers:
+            if not runner.subscribed.is_set():
+                problems[f"consumer {runner.spec.name}"] = "not subscribed yet"
+        for task in self.tasks:
+            if task.done() and not self.ctx.stop.is_set():
+                problems[f"task {task.get_name()}"] = "stopped"
+        return problems
+
+
+def create_app(definition: ServiceDefinition, settings: ServiceSettings) -> FastAPI:
+    holder: dict[str, RunningService] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        ctx = await start_context(definition, settings)
+        service = RunningService(definition, ctx)
+        await service.start()
+        holder["service"] = service
+        app.state.ctx = ctx
+        log.info("service started", extra={"http_port": settings.http_port})
+        try:
+            yield
+        finally:
+            log.info("service stopping")
+            await service.stop()
+
+    app = FastAPI(title=f"Tessera {definition.name}", version="0.1.0", lifespan=lifespan)
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok", "service": definition.name}
+
+    @app.get("/readyz", tags=["health"])
+    async def readyz(response: Response) -> dict[str, Any]:
+        service = holder.get("service")
+        problems = await service.ready() if service else {"service": "starting"}
+        response.status_code = 200 if not problems else 503
+        return {"ready": not problems, "problems": problems}
+
+    @app.get("/metrics", tags=["health"])
+    async def metrics() -> Response:
+        service = holder.get("service")
+        body = generate_latest(service.ctx.metrics.registry) if service else b""
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    for router in definition.routers:
+        app.include_router(router)
+    return app
+
+
+def serve(definition: ServiceDefinition, settings: ServiceSettings) -> None:
+    """Run the service until SIGTERM or SIGINT."""
+    import uvicorn
+
+    from tessera.core.observability.logs import configure_logging
+    from tessera.core.observability.tracing import configure_tracing
+
+    configure_logging(definition.name, settings.log_level)
+    configure_tracing(definition.name)
+    app = create_app(definition, settings)
+    uvicorn.run(
+        app,
+        host=settings.http_host,
+        port=settings.http_port,
+        log_config=None,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s),
+    )

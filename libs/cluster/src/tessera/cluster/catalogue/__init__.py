@@ -1,0 +1,73 @@
+"""The GPU catalogue: models, memory, MIG profiles and placements, mig-parted configs, board topologies."""
+
+from tessera.cluster.catalogue.mig import (
+    A30_MIG,
+    A100_40GB_MIG,
+    A100_80GB_MIG,
+    H100_80GB_MIG,
+    H200_141GB_MIG,
+    InvalidMigLayout,
+    MigGeometry,
+    MigProfile,
+    parse_profile_name,
+)
+from tessera.cluster.catalogue.migparted import (
+    ALL_BALANCED,
+    ALL_DISABLED,
+    ALL_ENABLED,
+    MigPartedLayout,
+    UnknownMigConfig,
+    mig_parted_configs,
+    mig_parted_layout,
+    mig_parted_profiles,
+)
+from tessera.cluster.catalogue.models import (
+    CATALOGUE,
+    UNKNOWN_MODEL,
+    GpuModel,
+    GpuModelName,
+    model,
+    normalise_model_name,
+    resolve_product,
+    unknown_model,
+)
+from tessera.cluster.catalogue.topologies import (
+    BoardKind,
+    nvlink_quads_board,
+    nvswitch_board,
+    pcie_board,
+    typical_board,
+)
+
+__all__ = [
+    "A30_MIG",
+    "A100_40GB_MIG",
+    "A100_80GB_MIG",
+    "ALL_BALANCED",
+    "ALL_DISABLED",
+    "ALL_ENABLED",
+    "CATALOGUE",
+    "H100_80GB_MIG",
+    "H200_141GB_MIG",
+    "UNKNOWN_MODEL",
+    "BoardKind",
+    "GpuModel",
+    "GpuModelName",
+    "InvalidMigLayout",
+    "MigGeometry",
+    "MigPartedLayout",
+    "MigProfile",
+    "UnknownMigConfig",
+    "mig_parted_configs",
+    "mig_parted_layout",
+    "mig_parted_profiles",
+    "model",
+    "normalise_model_name",
+    "nvlink_quads_board",
+    "nvswitch_board",
+    "parse_profile_name",
+    "pcie_board",
+    "resolve_product",
+    "typical_board",
+    "unknown_model",
+]

@@ -1,0 +1,1 @@
+"""Tessera's benchmarks: `python -m bench.<name> --help`."""

@@ -1,0 +1,43 @@
+"""Placement: where a pod (whole GPUs, a share of one GPU, or none) goes in an array-backed cluster state.
+
+Every policy implements `choose(state, pod) -> Placement | None` and never mutates the state; the
+caller applies the decision. The benchmark and the live scheduler run the same code.
+"""
+
+from tessera.scheduler.domain.placement.choice import random_ranks
+from tessera.scheduler.domain.placement.fgd import FGDPolicy
+from tessera.scheduler.domain.placement.fragmentation import FragmentationModel, TypicalPod, typical_pods
+from tessera.scheduler.domain.placement.model import (
+    MILLI_PER_GPU,
+    NodeSpec,
+    Placement,
+    PlacementInputError,
+    PodShape,
+)
+from tessera.scheduler.domain.placement.policies import (
+    BestFitPolicy,
+    DotProdPolicy,
+    PackingPolicy,
+    PlacementPolicy,
+    RandomPolicy,
+)
+from tessera.scheduler.domain.placement.state import ClusterState
+
+__all__ = [
+    "MILLI_PER_GPU",
+    "BestFitPolicy",
+    "ClusterState",
+    "DotProdPolicy",
+    "FGDPolicy",
+    "FragmentationModel",
+    "NodeSpec",
+    "PackingPolicy",
+    "Placement",
+    "PlacementInputError",
+    "PlacementPolicy",
+    "PodShape",
+    "RandomPolicy",
+    "TypicalPod",
+    "random_ranks",
+    "typical_pods",
+]

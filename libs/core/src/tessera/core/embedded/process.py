@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+import psutil  # type: ignore[import-untyped]
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -172,10 +174,15 @@ class ManagedProcess:
 
 
 def pid_alive(pid: int) -> bool:
+    """True when ``pid`` runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        status: str = psutil.Process(pid).status()
+        return status != str(psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False

@@ -1,0 +1,180 @@
+"""The queueing engine: the in-memory, pure state of admission (Kueue's cache and queue manager
+together) and the entry point of the admission cycle.
+
+The service feeds it (submit, release, cancel) from its store and event consumers, calls
+`run_cycle`, then persists the decisions. Admission is assumed at once, Kueue style: an
+admitted workload holds quota from the moment it is decided; if persisting fails the service
+calls `unadmit` to give the quota back and requeue the job.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+
+from tessera.admission.domain.queueing.config import QueueingConfig
+from tessera.admission.domain.queueing.cycle import AdmissionCycle
+from tessera.admission.domain.queueing.decisions import CycleResult, WaitReason
+from tessera.admission.domain.queueing.errors import QueueingValidationError, UnknownWorkload
+from tessera.admission.domain.queueing.fair_share import FairShareTracker
+from tessera.admission.domain.queueing.model import AdmittedWorkload, InFlightPreemption, Workload
+from tessera.admission.domain.queueing.quota import QuotaTree
+from tessera.admission.domain.queueing.shape import ShapeOracle
+from tessera.admission.domain.queueing.validation import validate_workload
+
+PendingKey = tuple[int, float, int]
+"""(-priority, created_at, arrival sequence): the order within a queue."""
+
+
+class QueueingEngine:
+    def __init__(self, config: QueueingConfig) -> None:
+        self.config = config
+        self.tree = QuotaTree(config)
+        self.fair_share = FairShareTracker(
+            config.fair_sharing, {n: q.fair_share_weight for n, q in config.queues.items()}
+        )
+        self._seq = 0
+        self._pending: dict[str, list[tuple[PendingKey, str]]] = {q: [] for q in config.queues}
+        self._workloads: dict[str, Workload] = {}
+        self._admitted: dict[str, AdmittedWorkload] = {}
+        self._admitted_by_root: dict[str, dict[str, AdmittedWorkload]] = {}
+        self._inflight: dict[str, InFlightPreemption] = {}
+        self._last_wait: dict[str, tuple[WaitReason, str]] = {}
+
+    # ---- feeding the engine ----------------------------------------------------------------------
+
+    def validate(self, workload: Workload) -> None:
+        validate_workload(self.config, self.tree, workload)
+
+    def submit(self, workload: Workload) -> None:
+        """Queue a workload; raises `QueueingValidationError` naming the field when it is bad."""
+        if workload.name in self._workloads or workload.name in self._admitted:
+            raise QueueingValidationError("name", f"job {workload.name!r} is already known")
+        self.validate(workload)
+        self._seq += 1
+        key: PendingKey = (-workload.priority, workload.created_at, self._seq)
+        bisect.insort(self._pending[workload.queue], (key, workload.name))
+        self._workloads[workload.name] = workload
+
+    def restore_admitted(self, workload: Workload, flavors: tuple[str, ...], admitted_at: float) -> None:
+        """Rebuild state after a restart: the workload already holds quota in `flavors`."""
+        usage: dict[tuple[str, str], int] = {}
+        for group, flavor in zip(workload.pod_groups, flavors, strict=True):
+            for res, qty in group.total_requests.items():
+                usage[(flavor, res)] = usage.get((flavor, res), 0) + qty
+        self.hold(AdmittedWorkload(workload, flavors, usage, admitted_at))
+
+    def release(self, name: str) -> None:
+        """An admitted job finished, failed, was cancelled or evicted: its quota is free again."""
+        admitted = self._admitted.pop(name, None)
+        if admitted is None:
+            raise UnknownWorkload(name)
+        if not admitted.being_preempted:
+            self.tree.remove_usage(admitted.queue, admitted.usage)
+        del self._admitted_by_root[self.tree.root_of(admitted.queue)][name]
+
+    def cancel(self, name: str) -> None:
+        """Drop a queued job (or release an admitted one)."""
+        if name in self._admitted:
+            self.release(name)
+            return
+        workload = self._workloads.pop(name, None)
+        if workload is None:
+            raise UnknownWorkload(name)
+        self._pending[workload.queue] = [e for e in self._pending[workload.queue] if e[1] != name]
+        record = self._inflight.pop(name, None)
+        if record is not None:
+            self.tree.remove_usage(workload.queue, record.usage)
+        self._last_wait.pop(name, None)
+
+    def unadmit(self, name: str) -> None:
+        """Roll back an admission the service could not persist; the job queues again."""
+        admitted = self._admitted.get(name)
+        if admitted is None:
+            raise UnknownWorkload(name)
+        self.release(name)
+        self.submit(admitted.workload)
+
+    # ---- reading ---------------------------------------------------------------------------------
+
+    def is_admitted(self, name: str) -> bool:
+        return name in self._admitted
+
+    def is_pending(self, name: str) -> bool:
+        return name in self._workloads
+
+    def admitted(self, name: str) -> AdmittedWorkload:
+        return self._admitted[name]
+
+    def admitted_in_queue(self, queue: str) -> list[AdmittedWorkload]:
+        return [a for a in self._admitted.values() if a.queue == queue]
+
+    def wait_reason(self, name: str) -> WaitReason | None:
+        last = self._last_wait.get(name)
+        return last[0] if last else None
+
+    def inflight(self, preemptor: str) -> InFlightPreemption | None:
+        return self._inflight.get(preemptor)
+
+    def pending_count(self) -> int:
+        return len(self._workloads)
+
+    def queue_usage(self, queue: str) -> Mapping[tuple[str, str], int]:
+        return self.tree.queue_usage(queue)
+
+    # ---- the cycle -------------------------------------------------------------------------------
+
+    def run_cycle(self, now: float, oracle: ShapeOracle | None = None) -> CycleResult:
+        """Admit every queued job that fits, request preemptions, and report who waits and why."""
+        return AdmissionCycle(self, now, oracle).run()
+
+    # ---- used by the cycle -------------------------------------------------------------------------
+
+    def hold(self, admitted: AdmittedWorkload, reserved: bool = False) -> None:
+        """Record an admission; `reserved` when its usage is already in the tree."""
+        name = admitted.name
+        self._workloads.pop(name, None)
+        self._last_wait.pop(name, None)
+        self._admitted[name] = admitted
+        self._admitted_by_root.setdefault(self.tree.root_of(admitted.queue), {})[name] = admitted
+        if not reserved:
+            self.tree.add_usage(admitted.queue, admitted.usage)
+
+    def reserve_for_preemptor(self, record: InFlightPreemption, queue: str) -> None:
+        """Hand the victims' quota to the preemptor now, so no one else takes it meanwhile and
+        no other preemptor counts the same victims twice."""
+        for victim_name in record.victims:
+            victim = self._admitted[victim_name]
+            victim.being_preempted = True
+            self.tree.remove_usage(victim.queue, victim.usage)
+        self.tree.add_usage(queue, record.usage)
+        self._inflight[record.preemptor] = record
+
+    def drop_reservation(self, preemptor: str, queue: str) -> None:
+        record = self._inflight.pop(preemptor)
+        self.tree.remove_usage(queue, record.usage)
+
+    def cohort_admitted(self, queue: str) -> Iterable[AdmittedWorkload]:
+        return self._admitted_by_root.get(self.tree.root_of(queue), {}).values()
+
+    def pending_entries(self) -> dict[str, list[tuple[PendingKey, str]]]:
+        return self._pending
+
+    def workload(self, name: str) -> Workload:
+        return self._workloads[name]
+
+    def inflight_preemptions(self) -> dict[str, InFlightPreemption]:
+        return self._inflight
+
+    def note_wait(self, name: str, reason: WaitReason, message: str) -> bool:
+        """Remember why a job waits; True when that changed since the last cycle."""
+        previous = self._last_wait.get(name)
+        self._last_wait[name] = (reason, message)
+        return previous != (reason, message)
+
+    def drop_admitted_from_queues(self, queues: Iterable[str]) -> None:
+        for queue in queues:
+            self._pending[queue] = [e for e in self._pending[queue] if e[1] in self._workloads]
+
+    def usage_by_queue(self) -> dict[str, Mapping[tuple[str, str], int]]:
+        return {q: self.tree.queue_usage(q) for q in self.config.queues}

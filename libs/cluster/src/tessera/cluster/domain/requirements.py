@@ -116,7 +116,11 @@ class PodPhase(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Pod:
-    """A pod as the cluster reports it: identity, requirements, where it runs and what it holds."""
+    """A pod as the cluster reports it: identity, requirements, where it runs and what it holds.
+
+    ``problem`` is set when the pod's requests could not be read (a malformed annotation, say); its
+    requirements are then empty and the scheduler should report the problem rather than place it.
+    """
 
     namespace: str
     name: str
@@ -130,6 +134,8 @@ class Pod:
     annotations: Mapping[str, str] = field(default_factory=dict)
     assignment: DeviceAssignment | None = None
     resource_version: str | None = None
+    deleting: bool = False
+    problem: str | None = None
 
     def __post_init__(self) -> None:
         if not self.namespace:

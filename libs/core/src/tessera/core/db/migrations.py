@@ -66,8 +66,13 @@ def run_env(metadata: MetaData, schema: str) -> None:
     url = context.config.get_main_option("sqlalchemy.url")
     assert url is not None
     if context.is_offline_mode():
-        context.configure(url=url, target_metadata=metadata, version_table_schema=schema, include_schemas=True,
-                          literal_binds=True)
+        context.configure(
+            url=url,
+            target_metadata=metadata,
+            version_table_schema=schema,
+            include_schemas=True,
+            literal_binds=True,
+        )
         with context.begin_transaction():
             context.run_migrations()
         return
@@ -94,8 +99,13 @@ def _run_sync(conn: Connection, metadata: MetaData, schema: str) -> None:
     def include_name(name: str | None, type_: str, parent_names: object) -> bool:
         return type_ != "schema" or name == schema
 
-    context.configure(connection=conn, target_metadata=metadata, version_table_schema=schema,
-                      include_schemas=True, include_name=include_name)
+    context.configure(
+        connection=conn,
+        target_metadata=metadata,
+        version_table_schema=schema,
+        include_schemas=True,
+        include_name=include_name,
+    )
     with context.begin_transaction():
         context.run_migrations()
 

@@ -20,6 +20,7 @@ from tessera.core.messaging.envelope import MSG_ID, Envelope, EnvelopeError, dec
 from tessera.core.observability.logs import job_id_var
 from tessera.core.observability.metrics import Metrics
 from tessera.core.observability.tracing import span_from_headers
+from tessera.core.settings import ConsumerSettings
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,22 @@ class ConsumerSpec:
     batch: int = 64
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
+
+    @classmethod
+    def configured(
+        cls, name: str, stream_owner: str, filter_subject: str, handler: Handler, settings: ConsumerSettings
+    ) -> ConsumerSpec:
+        return cls(
+            name,
+            stream_owner,
+            filter_subject,
+            handler,
+            settings.max_deliver,
+            settings.ack_wait_s,
+            settings.batch,
+            settings.backoff_base_s,
+            settings.backoff_max_s,
+        )
 
 
 class ConsumerRunner:

@@ -1,0 +1,45 @@
+"""Tables of the scheduler schema."""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, DateTime, Integer, MetaData, PrimaryKeyConstraint, String, Table, Text, func
+from sqlalchemy.dialects.postgresql import JSONB
+
+from tessera.core.db.messaging_tables import add_messaging_tables
+
+metadata = MetaData(schema="scheduler")
+outbox, inbox = add_messaging_tables(metadata)
+
+inventory_nodes = Table(
+    "inventory_nodes",
+    metadata,
+    Column("name", String(253), primary_key=True),
+    Column("source", String(255), nullable=False),
+    Column("data", JSONB, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+placements = Table(
+    "placements",
+    metadata,
+    Column("job_id", String(64), nullable=False, index=True),
+    Column("pod", String(253), nullable=False),
+    Column("pod_group", String(63), nullable=False),
+    Column("node", String(253), nullable=False, index=True),
+    Column("gpus", JSONB, nullable=False),
+    Column("cpu_milli", Integer, nullable=False),
+    Column("memory_mib", Integer, nullable=False),
+    Column("placed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("job_id", "pod", name="pk_placements"),
+)
+
+pending_gangs = Table(
+    "pending_gangs",
+    metadata,
+    Column("job_id", String(64), primary_key=True),
+    Column("priority", Integer, nullable=False),
+    Column("spec", JSONB, nullable=False),
+    Column("submitted_at", DateTime(timezone=True), nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("last_reason", Text, nullable=False, server_default=""),
+)

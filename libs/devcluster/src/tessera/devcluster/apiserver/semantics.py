@@ -1,0 +1,111 @@
+"""Per-resource rules the real API server applies on create and update (its 'strategies')."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from tessera.devcluster.apiserver.clock import rfc3339_now
+from tessera.devcluster.apiserver.errors import invalid
+from tessera.devcluster.apiserver.resources import NAMESPACES, NODES, PODS, ResourceType
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+# Pod spec fields that an update may change; every other spec change is forbidden.
+_MUTABLE_POD_SPEC = {
+    "activeDeadlineSeconds",
+    "tolerations",
+    "schedulingGates",
+    "terminationGracePeriodSeconds",
+}
+
+
+def validate_name(resource: ResourceType, name: str) -> None:
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        raise invalid(
+            resource.kind,
+            name,
+            "metadata.name",
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+            "'-' or '.', and must start and end with an alphanumeric character",
+        )
+
+
+def prepare_for_create(resource: ResourceType, obj: dict[str, Any]) -> None:
+    """Defaults and resets, in place, as the resource's create strategy does."""
+    if resource == PODS:
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("schedulerName", "default-scheduler")
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("containers", [])
+        status: dict[str, Any] = {"phase": "Pending"}
+        if spec.get("nodeName"):
+            status["conditions"] = [pod_scheduled_condition()]
+        obj["status"] = status
+    elif resource == NAMESPACES:
+        obj["status"] = {"phase": "Active"}
+    elif resource == NODES:
+        obj.setdefault("spec", {})
+        obj.setdefault("status", {})
+    elif resource.has_status:
+        obj.setdefault("status", {})
+
+
+def _without_images(containers: Any) -> Any:
+    if not isinstance(containers, list):
+        return containers
+    return [{k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c for c in containers]
+
+
+def validate_update(resource: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Reject the changes the real server forbids on update of the main resource."""
+    if resource != PODS:
+        return
+    name = old["metadata"]["name"]
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    if old_spec.get("nodeName") != new_spec.get("nodeName"):
+        raise invalid(
+            "Pod", name, "spec.nodeName", "pod updates may not change nodeName; bind the pod instead"
+        )
+
+    def comparable(spec: dict[str, Any]) -> dict[str, Any]:
+        kept = {k: v for k, v in spec.items() if k not in _MUTABLE_POD_SPEC}
+        for key in ("containers", "initContainers"):
+            if key in kept:
+                kept[key] = _without_images(kept[key])
+        return kept
+
+    if comparable(old_spec) != comparable(new_spec):
+        raise invalid(
+            "Pod",
+            name,
+            "spec",
+            "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+            "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions) and `spec.schedulingGates`",
+        )
+
+
+def pod_scheduled_condition() -> dict[str, Any]:
+    return {"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339_now()}
+
+
+def merge_subresource(
+    resource: ResourceType, old: dict[str, Any], new: dict[str, Any], subresource: str | None
+) -> dict[str, Any]:
+    """Keep what the written part may not change.
+
+    Writes to the main resource keep the old status; writes to `status` keep everything else.
+    """
+    if not resource.has_status:
+        return new
+    if subresource == "status":
+        merged = copy.deepcopy(old)
+        merged["status"] = new.get("status", {})
+        return merged
+    merged = dict(new)
+    if "status" in old:
+        merged["status"] = old["status"]
+    else:
+        merged.pop("status", None)
+    return merged

@@ -1,0 +1,188 @@
+"""The scheduler cache: a mutable view of the cluster fed by watches, from which cycles take snapshots.
+
+Capacity and health come in through node upserts and health, schedulability and slice-inventory
+events; allocations come in through the scheduler's own decisions. A placement is *assumed* here at
+once (the next cycle already sees it), the bind follows, and on failure the assumption is
+*forgotten*. Everything the cache holds is the nodes plus a set of allocations, so
+:meth:`SchedulerCache.rebuild` restores it after a restart from persisted or listed placements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from enum import StrEnum
+from types import MappingProxyType
+
+from tessera.scheduler.domain.snapshot import MILLI_PER_GPU, Allocation, NodeInfo, Snapshot
+
+
+class CacheConflict(ValueError):
+    """An allocation that cannot be true of the cache: an unknown node, a pod placed twice, an overcommit."""
+
+
+class PodState(StrEnum):
+    ASSUMED = "assumed"
+    BOUND = "bound"
+
+
+class SchedulerCache:
+    def __init__(self) -> None:
+        self._base: dict[str, NodeInfo] = {}
+        self._nodes: dict[str, NodeInfo] = {}
+        self._allocations: dict[str, Allocation] = {}
+        self._states: dict[str, PodState] = {}
+        self._on_node: dict[str, set[str]] = {}
+        self._generation = 0
+        self._snapshot: Snapshot | None = None
+
+    @classmethod
+    def rebuild(cls, nodes: Iterable[NodeInfo], bound: Iterable[Allocation] = ()) -> SchedulerCache:
+        """A cache restored from the cluster's nodes and the placements known to be bound."""
+        cache = cls()
+        for node in nodes:
+            cache.upsert_node(node)
+        for allocation in bound:
+            cache.assume(allocation)
+            cache.confirm_bound(allocation.pod)
+        return cache
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def snapshot(self) -> Snapshot:
+        """The current state, frozen; the same object until the cache changes."""
+        if self._snapshot is None or self._snapshot.generation != self._generation:
+            self._snapshot = Snapshot(MappingProxyType(dict(self._nodes)), self._generation)
+        return self._snapshot
+
+    def node(self, name: str) -> NodeInfo:
+        return self._nodes[name]
+
+    def allocation(self, pod: str) -> Allocation | None:
+        return self._allocations.get(pod)
+
+    def pod_state(self, pod: str) -> PodState | None:
+        return self._states.get(pod)
+
+    def allocations(self, state: PodState | None = None) -> tuple[Allocation, ...]:
+        return tuple(a for pod, a in self._allocations.items() if state is None or self._states[pod] is state)
+
+    # -- cluster events ------------------------------------------------------------------------
+
+    def upsert_node(self, node: NodeInfo) -> None:
+        """A node added or changed (capacity, labels, GPU inventory). Its allocations carry over."""
+        if node.pods or node.gang_members or node.cpu_used or node.memory_used or node.mig_used:
+            raise CacheConflict(f"node {node.name}: upsert takes capacity only, not allocations")
+        if any(gpu.milli_used for gpu in node.gpus):
+            raise CacheConflict(f"node {node.name}.gpus: upsert takes capacity only, not GPU usage")
+        self._base[node.name] = node
+        self._on_node.setdefault(node.name, set())
+        self._rederive(node.name)
+
+    def remove_node(self, name: str) -> tuple[Allocation, ...]:
+        """A node gone; returns the allocations lost with it (their gangs must be requeued)."""
+        if name not in self._base:
+            return ()
+        lost = tuple(self._allocations[pod] for pod in sorted(self._on_node.get(name, ())))
+        for allocation in lost:
+            del self._allocations[allocation.pod]
+            del self._states[allocation.pod]
+        del self._base[name], self._nodes[name], self._on_node[name]
+        self._bump()
+        return lost
+
+    def set_gpu_health(self, node: str, index: int, healthy: bool) -> None:
+        """``gpu_unhealthy`` (or its recovery): the GPU keeps its pods, but takes no new ones."""
+        base = self._require_node(node)
+        if not 0 <= index < base.gpu_count:
+            raise CacheConflict(f"node {node}: no GPU index {index}")
+        gpus = list(base.gpus)
+        gpus[index] = replace(gpus[index], healthy=healthy)
+        self._base[node] = replace(base, gpus=tuple(gpus))
+        self._rederive(node)
+
+    def set_schedulable(self, node: str, schedulable: bool) -> None:
+        """Cordon or uncordon; NotReady counts as unschedulable."""
+        self._base[node] = replace(self._require_node(node), schedulable=schedulable)
+        self._rederive(node)
+
+    def set_mig_capacity(self, node: str, capacity: Mapping[str, int]) -> None:
+        """Slice inventory: the MIG devices a node advertises, by profile (``nvidia.com/mig-<profile>``)."""
+        for profile, count in capacity.items():
+            if count < 0:
+                raise CacheConflict(f"mig_capacity[{profile!r}]: must be >= 0, got {count}")
+        clean = {profile: count for profile, count in capacity.items() if count}
+        self._base[node] = replace(self._require_node(node), mig_capacity=MappingProxyType(clean))
+        self._rederive(node)
+
+    # -- the scheduler's own decisions -----------------------------------------------------------
+
+    def assume(self, allocation: Allocation) -> None:
+        """Record a placement at once, before its bind; raises :class:`CacheConflict` if it cannot hold."""
+        if allocation.pod in self._allocations:
+            raise CacheConflict(
+                f"pod {allocation.pod}: already placed on {self._allocations[allocation.pod].node}"
+            )
+        self._require_node(allocation.node)
+        node = self._nodes[allocation.node]
+        for index, milli in allocation.gpu_milli:
+            if not 0 <= index < node.gpu_count:
+                raise CacheConflict(f"pod {allocation.pod}: node {node.name} has no GPU index {index}")
+            if node.gpus[index].milli_used + milli > MILLI_PER_GPU:
+                raise CacheConflict(
+                    f"pod {allocation.pod}: GPU {node.name}/{index} would pass {MILLI_PER_GPU} milli"
+                )
+        for profile, count in allocation.mig:
+            if node.mig_free(profile) < count:
+                raise CacheConflict(
+                    f"pod {allocation.pod}: node {node.name} lacks {count} free MIG {profile}"
+                )
+        self._allocations[allocation.pod] = allocation
+        self._states[allocation.pod] = PodState.ASSUMED
+        self._on_node[allocation.node].add(allocation.pod)
+        self._nodes[node.name] = node.with_allocation(allocation)
+        self._bump()
+
+    def confirm_bound(self, pod: str) -> None:
+        if pod not in self._states:
+            raise CacheConflict(f"pod {pod}: not assumed, cannot be confirmed bound")
+        self._states[pod] = PodState.BOUND
+
+    def forget(self, pod: str) -> Allocation | None:
+        """Roll back an assumed placement. Idempotent; a bound pod is left alone (use :meth:`remove_pod`)."""
+        if self._states.get(pod) is not PodState.ASSUMED:
+            return None
+        return self.remove_pod(pod)
+
+    def remove_pod(self, pod: str) -> Allocation | None:
+        """A pod finished, was evicted or deleted. Idempotent."""
+        allocation = self._allocations.pop(pod, None)
+        if allocation is None:
+            return None
+        del self._states[pod]
+        self._on_node[allocation.node].discard(pod)
+        self._nodes[allocation.node] = self._nodes[allocation.node].without_allocation(allocation)
+        self._bump()
+        return allocation
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _require_node(self, name: str) -> NodeInfo:
+        try:
+            return self._base[name]
+        except KeyError:
+            raise CacheConflict(f"node {name!r}: unknown to the cache") from None
+
+    def _rederive(self, name: str) -> None:
+        node = self._base[name]
+        for pod in sorted(self._on_node[name]):
+            node = node.with_allocation(self._allocations[pod])
+        self._nodes[name] = node
+        self._bump()
+
+    def _bump(self) -> None:
+        self._generation += 1

@@ -1,0 +1,43 @@
+"""Wiring of the domain pieces into one gang scheduler (for bootstrap, tests and benchmarks)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tessera.scheduler.domain.cache import SchedulerCache
+from tessera.scheduler.domain.framework.runtime import Framework
+from tessera.scheduler.domain.gang.queue import BackoffPolicy, GangQueue
+from tessera.scheduler.domain.gang.registry import GangRegistry
+from tessera.scheduler.domain.gang.scheduler import GangScheduler
+from tessera.scheduler.domain.plugins.profiles import build_profile
+from tessera.scheduler.domain.plugins.reserve import BindingPort
+from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
+
+
+@dataclass(frozen=True)
+class Assembly:
+    cache: SchedulerCache
+    registry: GangRegistry
+    queue: GangQueue
+    framework: Framework
+    scheduler: GangScheduler
+
+
+def assemble(
+    nodes: Iterable[NodeInfo],
+    port: BindingPort,
+    config: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    gangs: bool = True,
+    backoff: BackoffPolicy | None = None,
+    max_parked_s: float = 300.0,
+    bound: Iterable[Allocation] = (),
+) -> Assembly:
+    """A scheduler over ``nodes`` (and any placements already ``bound``), binding through ``port``."""
+    cache = SchedulerCache.rebuild(nodes, bound)
+    registry = GangRegistry()
+    queue = GangQueue(backoff, max_parked_s)
+    framework = Framework(build_profile(cache, registry, port, config, gangs=gangs))
+    return Assembly(cache, registry, queue, framework, GangScheduler(framework, cache, registry, queue, port))

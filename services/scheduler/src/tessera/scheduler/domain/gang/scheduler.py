@@ -1,0 +1,258 @@
+"""The gang scheduling loop: every member reserved before any is bound, and nothing held by a partial gang.
+
+One attempt takes the gang's unplaced members hardest first. Each runs a framework cycle on a fresh
+snapshot (which already holds the members reserved before it), then Reserve and Permit. A member
+that fits nowhere rejects the gang: every reservation is released at once and the gang is parked
+with requeue hints. When Permit reports the quorum met, every waiting member is bound; if a bind
+fails halfway, the members already bound are evicted, every reservation is released and the gang
+goes to backoff. Members that wait past the gang's timeout are rejected together the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from tessera.scheduler.domain.cache import SchedulerCache
+from tessera.scheduler.domain.framework.cycle_state import CycleState
+from tessera.scheduler.domain.framework.pod import PodSpec
+from tessera.scheduler.domain.framework.runtime import Framework
+from tessera.scheduler.domain.framework.status import Code, Diagnosis, Reason, Status
+from tessera.scheduler.domain.gang.queue import ALL_EVENTS, ClusterEvent, GangQueue, RequeueReason, hints_for
+from tessera.scheduler.domain.gang.registry import GangRegistry
+from tessera.scheduler.domain.gang.spec import GangSpec
+from tessera.scheduler.domain.snapshot import Allocation
+
+
+class EvictionPort(Protocol):
+    def evict(self, allocation: Allocation) -> None: ...
+
+
+class OutcomeKind(StrEnum):
+    PLACED = "placed"
+    WAITING = "waiting"
+    UNSCHEDULABLE = "unschedulable"
+    TIMED_OUT = "timed_out"
+    BIND_FAILED = "bind_failed"
+    BROKEN = "broken"
+
+
+@dataclass(frozen=True)
+class GangOutcome:
+    """What happened to a gang; the service layer turns it into ``gang_placed``/``gang_unschedulable``."""
+
+    gang: str
+    kind: OutcomeKind
+    bound: tuple[Allocation, ...] = ()
+    evicted: tuple[Allocation, ...] = ()
+    reason: RequeueReason | None = None
+    message: str = ""
+    diagnosis: Diagnosis | None = None
+    deadline: float | None = None
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset(allocation.node for allocation in self.bound)
+
+
+@dataclass
+class _Member:
+    pod: PodSpec
+    state: CycleState
+    node: str
+
+
+@dataclass
+class _Waiting:
+    deadline: float = float("inf")
+    members: dict[str, _Member] = field(default_factory=dict)
+
+
+class GangScheduler:
+    def __init__(
+        self,
+        framework: Framework,
+        cache: SchedulerCache,
+        registry: GangRegistry,
+        queue: GangQueue,
+        evictor: EvictionPort,
+    ) -> None:
+        self.framework = framework
+        self.cache = cache
+        self.registry = registry
+        self.queue = queue
+        self.evictor = evictor
+        self._waiting: dict[str, _Waiting] = {}
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def submit(self, spec: GangSpec) -> None:
+        """A new gang, or more members of a known one (a waiting gang is tried again at once)."""
+        self.registry.upsert(spec)
+        self.queue.add(spec)
+
+    def notify(self, event: ClusterEvent, now: float) -> int:
+        """A cluster change: wake the parked gangs it may help."""
+        return self.queue.on_event(event, now)
+
+    def gang_finished(self, gang: str, now: float) -> tuple[Allocation, ...]:
+        """The gang's job ended: its pods leave the cache and parked gangs hear that capacity was freed."""
+        released = tuple(
+            allocation
+            for pod in self._members(gang)
+            if (allocation := self.cache.remove_pod(pod)) is not None
+        )
+        self._waiting.pop(gang, None)
+        self.registry.remove(gang)
+        self.queue.remove(gang)
+        if released:
+            self.queue.on_event(ClusterEvent.CAPACITY_FREED, now)
+        return released
+
+    def node_lost(self, node: str, now: float) -> list[GangOutcome]:
+        """A node is gone: every gang with a member there is broken, evicted whole and requeued."""
+        lost = self.cache.remove_node(node)
+        outcomes = []
+        for gang in sorted({allocation.gang for allocation in lost}):
+            for allocation in lost:
+                if allocation.gang == gang:
+                    self.registry.unmark(gang, allocation.pod)
+            outcomes.append(self._break(gang, RequeueReason.NODE_LOST, f"node {node} lost", now, lost))
+        return outcomes
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self, now: float, max_attempts: int | None = None) -> list[GangOutcome]:
+        """Expire timed-out waits, then try active gangs in queue order until none is left."""
+        outcomes = self.expire(now)
+        attempts = 0
+        while max_attempts is None or attempts < max_attempts:
+            entry = self.queue.pop(now)
+            if entry is None:
+                break
+            outcomes.append(self.attempt(entry.name, now))
+            attempts += 1
+        return outcomes
+
+    def expire(self, now: float) -> list[GangOutcome]:
+        due = sorted(gang for gang, waiting in self._waiting.items() if waiting.deadline <= now)
+        return [
+            self._reject(gang, RequeueReason.PERMIT_TIMEOUT, Diagnosis.whole_pod(_TIMEOUT, 0), now)
+            for gang in due
+        ]
+
+    def next_wakeup(self) -> float | None:
+        """The next time something is due: a backoff ending, a parked flush, a Permit timeout."""
+        times = [waiting.deadline for waiting in self._waiting.values() if waiting.deadline != float("inf")]
+        queued = self.queue.next_wakeup()
+        if queued is not None:
+            times.append(queued)
+        return min(times, default=None)
+
+    def waiting(self) -> dict[str, float]:
+        """Gangs with members reserved and waiting for quorum, with their deadlines."""
+        return {gang: waiting.deadline for gang, waiting in self._waiting.items() if waiting.members}
+
+    def attempt(self, gang: str, now: float) -> GangOutcome:
+        waiting = self._waiting.setdefault(gang, _Waiting())
+        failure: tuple[RequeueReason, Diagnosis] | None = None
+        for pod in self.registry.pending(gang):
+            state = CycleState()
+            snapshot = self.cache.snapshot()
+            result = self.framework.schedule_pod(state, pod, snapshot)
+            if result.node is None:
+                assert result.diagnosis is not None
+                failure = (RequeueReason.UNSCHEDULABLE, result.diagnosis)
+                break
+            status = self.framework.run_reserve(state, pod, result.node)
+            if not status.ok:
+                failure = (RequeueReason.RESERVE_FAILED, Diagnosis.whole_pod(status, len(snapshot)))
+                break
+            waiting.members[pod.name] = _Member(pod, state, result.node)
+            status, timeout = self.framework.run_permit(state, pod, result.node)
+            if status.rejected:
+                failure = (RequeueReason.UNSCHEDULABLE, Diagnosis.whole_pod(status, len(snapshot)))
+                break
+            if status.code is Code.WAIT:
+                waiting.deadline = min(waiting.deadline, now + timeout)
+        if not self.registry.quorum_met(gang):
+            if failure is not None:
+                return self._reject(gang, failure[0], failure[1], now)
+            return GangOutcome(
+                gang, OutcomeKind.WAITING, deadline=waiting.deadline, message=_waiting_message(self, gang)
+            )
+        outcome = self._bind_waiting(gang, now)
+        if outcome.kind is OutcomeKind.PLACED:
+            if failure is None:
+                self.queue.remove(gang)
+            else:
+                # Quorum holds; the members beyond it that do not fit yet stay queued on their own hints.
+                self.queue.requeue(gang, failure[0], now, hints=hints_for(failure[1].reasons))
+        return outcome
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _bind_waiting(self, gang: str, now: float) -> GangOutcome:
+        waiting = self._waiting.pop(gang, _Waiting())
+        bound: list[Allocation] = []
+        for member in waiting.members.values():
+            allocation = self.cache.allocation(member.pod.name)
+            status = self.framework.run_bind(member.state, member.pod, member.node)
+            if not status.ok or allocation is None:
+                self._waiting[gang] = waiting
+                return self._break(gang, RequeueReason.BIND_FAILED, status.message(), now, tuple(bound))
+            self.registry.mark_bound(gang, member.pod.name)
+            bound.append(allocation)
+        return GangOutcome(gang, OutcomeKind.PLACED, bound=tuple(bound))
+
+    def _break(
+        self, gang: str, reason: RequeueReason, message: str, now: float, already_gone: Iterable[Allocation]
+    ) -> GangOutcome:
+        """Evict every bound member, release every reservation, send the gang to backoff."""
+        evicted = [allocation for allocation in already_gone if allocation.gang == gang]
+        gone = {allocation.pod for allocation in evicted}
+        for pod in sorted(self.registry.bound(gang)):
+            allocation = self.cache.remove_pod(pod)
+            self.registry.unmark(gang, pod)
+            if allocation is not None and pod not in gone:
+                evicted.append(allocation)
+        for allocation in evicted:
+            self.evictor.evict(allocation)
+        self._release_waiting(gang)
+        kind = OutcomeKind.BIND_FAILED if reason is RequeueReason.BIND_FAILED else OutcomeKind.BROKEN
+        if gang in self.registry:
+            if gang not in self.queue:
+                self.queue.add(self.registry.spec(gang))
+            self.queue.requeue(gang, reason, now, hints=ALL_EVENTS, message=message)
+        return GangOutcome(gang, kind, evicted=tuple(evicted), reason=reason, message=message)
+
+    def _reject(self, gang: str, reason: RequeueReason, diagnosis: Diagnosis, now: float) -> GangOutcome:
+        """Release every reservation at once and requeue: parked on hints, or to backoff."""
+        self._release_waiting(gang)
+        hints = hints_for(diagnosis.reasons) if reason is RequeueReason.UNSCHEDULABLE else ALL_EVENTS
+        message = diagnosis.message()
+        self.queue.requeue(gang, reason, now, hints=hints, message=message)
+        kind = OutcomeKind.TIMED_OUT if reason is RequeueReason.PERMIT_TIMEOUT else OutcomeKind.UNSCHEDULABLE
+        return GangOutcome(gang, kind, reason=reason, message=message, diagnosis=diagnosis)
+
+    def _release_waiting(self, gang: str) -> None:
+        waiting = self._waiting.pop(gang, None)
+        if waiting is None:
+            return
+        for member in reversed(list(waiting.members.values())):
+            self.framework.run_unreserve(member.state, member.pod, member.node)
+
+    def _members(self, gang: str) -> tuple[str, ...]:
+        if gang not in self.registry:
+            return ()
+        return tuple(pod.name for pod in self.registry.spec(gang).members)
+
+
+_TIMEOUT = Status.unschedulable(Reason.PERMIT_TIMEOUT)
+
+
+def _waiting_message(scheduler: GangScheduler, gang: str) -> str:
+    spec = scheduler.registry.spec(gang)
+    return f"{scheduler.registry.placed(gang)} of {spec.min_available} members reserved, waiting for quorum"

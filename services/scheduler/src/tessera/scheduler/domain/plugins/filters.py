@@ -1,0 +1,95 @@
+"""Filter plugins: can this node hold the pod? Each rejection names its reason for the diagnosis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tessera.scheduler.domain.framework.cycle_state import CycleState, StateKey
+from tessera.scheduler.domain.framework.pod import PodSpec, Policy
+from tessera.scheduler.domain.framework.status import Reason, Status
+from tessera.scheduler.domain.plugins.args import GpuFitArgs
+from tessera.scheduler.domain.plugins.gpu_choice import GpuSet, choose_gpus
+from tessera.scheduler.domain.snapshot import NodeInfo, Snapshot
+
+# GPU set chosen by GpuFit per feasible node; Score ranks it and Reserve claims it.
+GPU_CHOICE: StateKey[dict[str, GpuSet]] = StateKey("GpuFit/choice")
+
+
+@dataclass(frozen=True)
+class NodeResourcesFit:
+    """CPU and memory fit in what the node has left."""
+
+    name: str = "NodeResourcesFit"
+
+    def filter(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> Status:
+        if pod.cpu_milli > node.cpu_milli - node.cpu_used:
+            return Status.unschedulable(Reason.INSUFFICIENT_CPU)
+        if pod.memory_mib > node.memory_mib - node.memory_used:
+            return Status.unschedulable(Reason.INSUFFICIENT_MEMORY)
+        return Status.success()
+
+
+@dataclass(frozen=True)
+class GpuModelFilter:
+    """The node has GPUs of a model the pod allows (``gpu_models`` empty allows any)."""
+
+    name: str = "GpuModel"
+
+    def pre_filter(self, state: CycleState, pod: PodSpec, snapshot: Snapshot) -> Status:
+        return Status.skip() if pod.gpu_count == 0 or not pod.gpu_models else Status.success()
+
+    def filter(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> Status:
+        if any(gpu.model in pod.gpu_models for gpu in node.gpus):
+            return Status.success()
+        return Status.unresolvable(Reason.MODEL_NOT_ALLOWED)
+
+
+@dataclass(frozen=True)
+class MigResourceFilter:
+    """Free MIG devices of each requested profile (``nvidia.com/mig-<profile>``) on the node."""
+
+    name: str = "MigResources"
+
+    def pre_filter(self, state: CycleState, pod: PodSpec, snapshot: Snapshot) -> Status:
+        return Status.success() if pod.mig else Status.skip()
+
+    def filter(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> Status:
+        for profile, count in pod.mig.items():
+            if node.mig_free(profile) < count:
+                return Status.unschedulable(f"{Reason.INSUFFICIENT_MIG} {profile}")
+        return Status.success()
+
+
+@dataclass(frozen=True)
+class GpuFit:
+    """Enough healthy GPUs of an allowed model, and the best set of them under the GPU policy.
+
+    A node that would fit if its unhealthy GPUs were healthy is rejected for "unhealthy GPU", so the
+    diagnosis tells a capacity shortage from a health problem.
+    """
+
+    args: GpuFitArgs = field(default_factory=GpuFitArgs)
+    name: str = "GpuFit"
+
+    def policy(self, pod: PodSpec) -> Policy:
+        return pod.gpu_policy or self.args.default_policy
+
+    def pre_filter(self, state: CycleState, pod: PodSpec, snapshot: Snapshot) -> Status:
+        state.write(GPU_CHOICE, {})
+        return Status.success() if pod.gpu_count else Status.skip()
+
+    def filter(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> Status:
+        choice = choose_gpus(pod, node, self.policy(pod), self.args.exhaustive_limit)
+        if choice is not None:
+            state.read(GPU_CHOICE)[node.name] = choice
+            return Status.success()
+        if any(not gpu.healthy for gpu in node.gpus) and _fits_ignoring_health(pod, node):
+            return Status.unschedulable(Reason.UNHEALTHY_GPU)
+        return Status.unschedulable(Reason.INSUFFICIENT_GPU)
+
+
+def _fits_ignoring_health(pod: PodSpec, node: NodeInfo) -> bool:
+    usable = [gpu for gpu in node.gpus if not pod.gpu_models or gpu.model in pod.gpu_models]
+    if pod.fractional:
+        return any(gpu.idle_milli >= pod.gpu_milli for gpu in usable)
+    return sum(1 for gpu in usable if gpu.fully_idle) >= pod.gpu_count

@@ -1,0 +1,290 @@
+"""The scheduler's immutable view of the cluster: what one scheduling cycle decides on.
+
+A :class:`Snapshot` maps node names to :class:`NodeInfo` values. Every value is frozen, so a cycle
+can read it without locks while the cache (see :mod:`.cache`) keeps changing; changing a node means
+building a new ``NodeInfo`` with :meth:`NodeInfo.with_allocation` or :meth:`NodeInfo.without_allocation`.
+Like kube-scheduler's ``NodeInfo``, this is the scheduler's own view: capacity and health from the
+cluster, plus the allocations the scheduler has assumed or seen bound.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from types import MappingProxyType
+from typing import Any
+
+MILLI_PER_GPU = 1000
+RACK_LABEL = "topology.kubernetes.io/rack"
+
+
+def _empty_map() -> Mapping[Any, Any]:
+    return MappingProxyType({})
+
+
+class Link(IntEnum):
+    """A GPU-to-GPU link, valued by its relative transfer cost (lower is better), as in ``nvidia-smi topo -m``."""
+
+    NVLINK = 1
+    PCIE_SWITCH = 4
+    PCIE_HOST = 8
+    CROSS_NUMA = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """The interconnect of one node's GPUs: a symmetric matrix of :class:`Link` indexed by GPU index."""
+
+    links: tuple[tuple[Link, ...], ...]
+
+    def __post_init__(self) -> None:
+        size = len(self.links)
+        for i, row in enumerate(self.links):
+            if len(row) != size:
+                raise ValueError(f"topology.links[{i}]: expected {size} columns, got {len(row)}")
+            for j, link in enumerate(row):
+                if self.links[j][i] is not link:
+                    raise ValueError(f"topology.links[{i}][{j}]: the matrix must be symmetric")
+
+    @property
+    def size(self) -> int:
+        return len(self.links)
+
+    def link(self, a: int, b: int) -> Link:
+        return self.links[a][b]
+
+    def set_cost(self, gpus: Iterable[int]) -> tuple[int, int]:
+        """(worst pairwise link, total pairwise cost) of a GPU set; lower is better.
+
+        The worst link comes first because a ring all-reduce runs at the speed of its slowest hop.
+        """
+        worst = 0
+        total = 0
+        for a, b in itertools.combinations(gpus, 2):
+            cost = int(self.links[a][b])
+            total += cost
+            worst = max(worst, cost)
+        return worst, total
+
+    @classmethod
+    def build(
+        cls,
+        size: int,
+        *,
+        numa_of: Iterable[int] | None = None,
+        nvlink_pairs: Iterable[tuple[int, int]] = (),
+        pcie_switches: Iterable[Iterable[int]] = (),
+    ) -> Topology:
+        """Links from NVLink pairs, shared PCIe switches and NUMA placement; the rest goes over the host."""
+        numa = tuple(numa_of) if numa_of is not None else (0,) * size
+        if len(numa) != size:
+            raise ValueError(f"numa_of: expected {size} entries, got {len(numa)}")
+        nvlink = {frozenset(pair) for pair in nvlink_pairs}
+        switch_of: dict[int, int] = {}
+        for switch, members in enumerate(pcie_switches):
+            for gpu in members:
+                switch_of[gpu] = switch
+        for pair in nvlink:
+            for gpu in pair:
+                if not 0 <= gpu < size:
+                    raise ValueError(f"nvlink_pairs: GPU index {gpu} is outside a {size}-GPU node")
+
+        def link(a: int, b: int) -> Link:
+            if frozenset((a, b)) in nvlink:
+                return Link.NVLINK
+            if a in switch_of and switch_of.get(b) == switch_of[a]:
+                return Link.PCIE_SWITCH
+            return Link.PCIE_HOST if numa[a] == numa[b] else Link.CROSS_NUMA
+
+        return cls(
+            tuple(tuple(Link.NVLINK if a == b else link(a, b) for b in range(size)) for a in range(size))
+        )
+
+    @classmethod
+    def nvswitch(cls, size: int) -> Topology:
+        """Every GPU reaches every other over NVLink (an HGX/DGX board with NVSwitch)."""
+        return cls(tuple(tuple(Link.NVLINK for _ in range(size)) for _ in range(size)))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    index: int
+    model: str
+    milli_used: int = 0
+    healthy: bool = True
+
+    @property
+    def idle_milli(self) -> int:
+        return MILLI_PER_GPU - self.milli_used
+
+    @property
+    def fully_idle(self) -> bool:
+        return self.milli_used == 0
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """What one pod holds on one node: milli-GPU per GPU index, CPU, memory and MIG devices."""
+
+    pod: str
+    gang: str
+    node: str
+    gpu_milli: tuple[tuple[int, int], ...] = ()
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    mig: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def gpu_indices(self) -> tuple[int, ...]:
+        return tuple(index for index, _ in self.gpu_milli)
+
+    @property
+    def gpu_milli_total(self) -> int:
+        return sum(milli for _, milli in self.gpu_milli)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One node: capacity and health from the cluster, and what the scheduler knows is allocated on it."""
+
+    name: str
+    gpus: tuple[GpuInfo, ...]
+    topology: Topology
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    cpu_used: int = 0
+    memory_used: int = 0
+    labels: Mapping[str, str] = field(default_factory=_empty_map)
+    mig_capacity: Mapping[str, int] = field(default_factory=_empty_map)
+    mig_used: Mapping[str, int] = field(default_factory=_empty_map)
+    schedulable: bool = True
+    pods: frozenset[str] = frozenset()
+    gang_members: Mapping[str, int] = field(default_factory=_empty_map)
+
+    def __post_init__(self) -> None:
+        if self.topology.size != len(self.gpus):
+            raise ValueError(
+                f"node {self.name}.topology: covers {self.topology.size} GPUs, node has {len(self.gpus)}"
+            )
+        for position, gpu in enumerate(self.gpus):
+            if gpu.index != position:
+                raise ValueError(
+                    f"node {self.name}.gpus[{position}]: index must be {position}, got {gpu.index}"
+                )
+
+    @property
+    def rack(self) -> str | None:
+        return self.labels.get(RACK_LABEL)
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def gpu_milli_used(self) -> int:
+        return sum(gpu.milli_used for gpu in self.gpus)
+
+    @property
+    def free_whole_gpus(self) -> int:
+        """Healthy GPUs with nothing on them."""
+        return sum(1 for gpu in self.gpus if gpu.healthy and gpu.fully_idle)
+
+    @property
+    def free_healthy_milli(self) -> int:
+        return sum(gpu.idle_milli for gpu in self.gpus if gpu.healthy)
+
+    def mig_free(self, profile: str) -> int:
+        return self.mig_capacity.get(profile, 0) - self.mig_used.get(profile, 0)
+
+    def with_allocation(self, allocation: Allocation) -> NodeInfo:
+        return self._apply(allocation, +1)
+
+    def without_allocation(self, allocation: Allocation) -> NodeInfo:
+        return self._apply(allocation, -1)
+
+    def _apply(self, allocation: Allocation, sign: int) -> NodeInfo:
+        if allocation.node != self.name:
+            raise ValueError(f"allocation.node: {allocation.node!r} is not node {self.name!r}")
+        gpus = list(self.gpus)
+        for index, milli in allocation.gpu_milli:
+            gpu = gpus[index]
+            gpus[index] = replace(gpu, milli_used=gpu.milli_used + sign * milli)
+        mig_used = dict(self.mig_used)
+        for profile, count in allocation.mig:
+            mig_used[profile] = mig_used.get(profile, 0) + sign * count
+        gangs = dict(self.gang_members)
+        gangs[allocation.gang] = gangs.get(allocation.gang, 0) + sign
+        if gangs[allocation.gang] <= 0:
+            del gangs[allocation.gang]
+        pods = self.pods | {allocation.pod} if sign > 0 else self.pods - {allocation.pod}
+        return replace(
+            self,
+            gpus=tuple(gpus),
+            cpu_used=self.cpu_used + sign * allocation.cpu_milli,
+            memory_used=self.memory_used + sign * allocation.memory_mib,
+            mig_used=MappingProxyType({k: v for k, v in mig_used.items() if v}),
+            pods=pods,
+            gang_members=MappingProxyType(gangs),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterTotals:
+    """Aggregates a gang-level quick check reads instead of walking every node per member."""
+
+    free_whole_gpus: int
+    free_healthy_milli: int
+    max_free_whole_gpus_on_a_node: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An immutable, ordered map of node name to :class:`NodeInfo`, tagged with the cache generation."""
+
+    nodes: Mapping[str, NodeInfo]
+    generation: int = 0
+    _totals: list[ClusterTotals] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, nodes: Iterable[NodeInfo], generation: int = 0) -> Snapshot:
+        by_name: dict[str, NodeInfo] = {}
+        for node in nodes:
+            if node.name in by_name:
+                raise ValueError(f"nodes: duplicate node name {node.name!r}")
+            by_name[node.name] = node
+        return cls(MappingProxyType(by_name), generation)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def node(self, name: str) -> NodeInfo:
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise KeyError(f"node {name!r} is not in the snapshot") from None
+
+    def list(self) -> tuple[NodeInfo, ...]:
+        return tuple(self.nodes.values())
+
+    @property
+    def totals(self) -> ClusterTotals:
+        """Computed once per snapshot on first use; the snapshot never changes, so neither do they."""
+        if not self._totals:
+            free = [node.free_whole_gpus for node in self.nodes.values() if node.schedulable]
+            self._totals.append(
+                ClusterTotals(
+                    free_whole_gpus=sum(free),
+                    free_healthy_milli=sum(
+                        n.free_healthy_milli for n in self.nodes.values() if n.schedulable
+                    ),
+                    max_free_whole_gpus_on_a_node=max(free, default=0),
+                )
+            )
+        return self._totals[0]
+
+    def with_node(self, node: NodeInfo, generation: int | None = None) -> Snapshot:
+        nodes = dict(self.nodes)
+        nodes[node.name] = node
+        return Snapshot(MappingProxyType(nodes), self.generation if generation is None else generation)

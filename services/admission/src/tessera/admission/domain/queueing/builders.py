@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Self
 
 from tessera.admission.domain.queueing.model import (
@@ -40,12 +41,16 @@ class QueueBuilder:
         flavor: str = DEFAULT_FLAVOR,
         borrowing_limit: int | None = None,
         lending_limit: int | None = None,
+        mig: Mapping[str, int] | None = None,
         **resources: int,
     ) -> Self:
-        """Quota in one flavor; resource names use `_` for `-` (gpu_milli=4000)."""
+        """Quota in one flavor; resource names use `_` for `-` (gpu_milli=4000), MIG slices
+        go by profile (mig={"1g.10gb": 7})."""
         quotas = self._flavors.setdefault(flavor, {})
-        for res, qty in resources.items():
-            quotas[res.replace("_", "-")] = ResourceQuota(qty, borrowing_limit, lending_limit)
+        named = {res.replace("_", "-"): qty for res, qty in resources.items()}
+        named.update({mig_resource(profile): qty for profile, qty in (mig or {}).items()})
+        for res, qty in named.items():
+            quotas[res] = ResourceQuota(qty, borrowing_limit, lending_limit)
         return self
 
     def strict_fifo(self) -> Self:

@@ -60,13 +60,15 @@ class AdmissionCycle:
         self._finish_preemptions()
         self._admit_heads()
         self.engine.drop_admitted_from_queues(self.touched_queues)
+        if self.engine.fair_share.enabled:
+            self.engine.fair_share.remember(self.engine.usage_by_queue())
         return CycleResult(self.decisions, self.admitted, len(self.handled), self.waits)
 
     # ---- steps -----------------------------------------------------------------------------------
 
     def _sample_fair_share(self) -> None:
         if self.engine.fair_share.enabled:
-            self.engine.fair_share.sample(self.now, self.engine.usage_by_queue())
+            self.engine.fair_share.sample(self.now)
 
     def _finish_preemptions(self) -> None:
         """Admit preemptors whose victims are gone (or overdue); their quota is already reserved."""

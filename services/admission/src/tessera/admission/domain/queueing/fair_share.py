@@ -22,6 +22,7 @@ class FairShareTracker:
         self._weights = dict(weights)
         self._history: dict[str, dict[FlavorResource, float]] = {q: {} for q in weights}
         self._last_sample: float | None = None
+        self._last_usage: dict[str, dict[FlavorResource, int]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -34,15 +35,20 @@ class FairShareTracker:
         """Restore a persisted history (e.g. after a restart)."""
         self._history[queue] = dict(history)
 
-    def sample(self, now: float, usage: Mapping[str, Mapping[FlavorResource, int]]) -> None:
+    def remember(self, usage: Mapping[str, Mapping[FlavorResource, int]]) -> None:
+        """Note usage as a cycle leaves it; it is taken as held until the next `sample`."""
+        self._last_usage = {q: dict(u) for q, u in usage.items()}
+
+    def sample(self, now: float) -> None:
         """Fold the usage held since the last sample into the history."""
         half_life = self._policy.usage_half_life_s
         last, self._last_sample = self._last_sample, now
+        held = self._last_usage
         if half_life <= 0 or last is None or now <= last:
             return
         keep = 0.5 ** ((now - last) / half_life)
         for queue, hist in self._history.items():
-            current = usage.get(queue, {})
+            current = held.get(queue, {})
             for fr in set(hist) | set(current):
                 value = hist.get(fr, 0.0) * keep + current.get(fr, 0) * (1.0 - keep)
                 if value < 1e-9:

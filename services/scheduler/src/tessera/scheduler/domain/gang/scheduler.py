@@ -171,6 +171,7 @@ class GangScheduler:
                 failure = (RequeueReason.RESERVE_FAILED, Diagnosis.whole_pod(status, len(snapshot)))
                 break
             waiting.members[pod.name] = _Member(pod, state, result.node)
+            self.registry.mark_reserved(gang, pod.name)
             status, timeout = self.framework.run_permit(state, pod, result.node)
             if status.rejected:
                 failure = (RequeueReason.UNSCHEDULABLE, Diagnosis.whole_pod(status, len(snapshot)))
@@ -243,6 +244,7 @@ class GangScheduler:
             return
         for member in reversed(list(waiting.members.values())):
             self.framework.run_unreserve(member.state, member.pod, member.node)
+            self.registry.unmark(gang, member.pod.name)
 
     def _members(self, gang: str) -> tuple[str, ...]:
         if gang not in self.registry:

@@ -24,21 +24,18 @@ class Coscheduling:
     name: str = "Coscheduling"
 
     def pre_filter(self, state: CycleState, pod: PodSpec, snapshot: Snapshot) -> Status:
-        """Reject at once when the gang's unplaced whole GPUs exceed every free GPU in the cluster."""
+        """Reject at once when the whole GPUs still needed for quorum exceed every free GPU in the cluster."""
         if pod.gang not in self.registry:
             return Status.unresolvable(f"{Reason.GANG_INCOMPLETE}: gang {pod.gang} is not registered")
-        needed = sum(p.gpu_count for p in self.registry.pending(pod.gang) if p.gpu_milli == MILLI_PER_GPU)
+        shortfall = self.registry.spec(pod.gang).min_available - self.registry.placed(pod.gang)
+        if shortfall <= 0:
+            return Status.success()
+        demands = sorted(p.gpu_count for p in self.registry.pending(pod.gang) if p.gpu_milli == MILLI_PER_GPU)
+        needed = sum(demands[:shortfall])
         free = snapshot.totals.free_whole_gpus
         if needed > free:
             return Status.unschedulable(f"{Reason.GANG_EXCEEDS_FREE_CAPACITY} ({needed} > {free})")
         return Status.success()
-
-    def reserve(self, state: CycleState, pod: PodSpec, node: str) -> Status:
-        self.registry.mark_reserved(pod.gang, pod.name)
-        return Status.success()
-
-    def unreserve(self, state: CycleState, pod: PodSpec, node: str) -> None:
-        self.registry.unmark(pod.gang, pod.name)
 
     def permit(self, state: CycleState, pod: PodSpec, node: str) -> tuple[Status, float]:
         if self.registry.quorum_met(pod.gang):

@@ -77,7 +77,6 @@ def build_profile(
             registry, parse_args("Coscheduling", CoschedulingArgs, raw.get("Coscheduling"))
         )
         pre_filter.append(coscheduling)
-        reserve.append(coscheduling)
         permit.append(coscheduling)
     model, mig = GpuModelFilter(), MigResourceFilter()
     pre_filter += [model, mig, gpu_fit, locality]

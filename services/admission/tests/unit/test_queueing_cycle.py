@@ -215,3 +215,27 @@ def test_greedy_flavor_choice_that_strands_a_later_group_waits_with_no_matching_
     engine.submit(job)
     result = engine.run_cycle(0.0)
     assert result.waits == {"split": WaitReason.NO_MATCHING_FLAVOR}
+
+
+def test_a_cycle_evaluates_each_job_at_most_once_and_skips_repeats_that_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tessera.admission.domain.queueing import cycle
+
+    calls = 0
+    real = cycle.assign_flavors
+
+    def counting(*args: object) -> object:
+        nonlocal calls
+        calls += 1
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cycle, "assign_flavors", counting)
+    engine = engine_of(*(a_queue(f"q{i}").nominal(gpu=10).build() for i in range(10)))
+    for i in range(2000):
+        engine.submit(a_job(f"j{i}").queue(f"q{i % 10}").gpus(1 + (i // 10) % 2).at(float(i)).build())
+    result = engine.run_cycle(0.0)
+    assert result.examined == 2000
+    assert result.admitted == 10 * 7  # per queue: 1+2+1+2+1+2 = 9, then a 1 fits, a 2 does not
+    # Admissions, plus one evaluation per queue for each distinct request shape that failed.
+    assert calls <= result.admitted + 10 * 2

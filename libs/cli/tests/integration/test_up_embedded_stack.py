@@ -1,0 +1,205 @@
+"""``tessera up`` end to end with stand-in services: endpoints, readiness, clean stop, data reuse."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import asyncpg  # type: ignore[import-untyped]
+import httpx
+import psutil  # type: ignore[import-untyped]
+import pytest
+
+from tessera.cli.up import SERVICES
+
+pytestmark = pytest.mark.integration
+
+FAKE_STACK = Path(__file__).with_name("fake_stack.py")
+
+
+class Up:
+    """One ``tessera up`` run in a child process, its output captured to a file."""
+
+    def __init__(self, state_dir: Path, services: str | None = None, **env: str) -> None:
+        self.output_path = state_dir.parent / f"up-{time.monotonic_ns()}.out"
+        self._out: IO[bytes] = self.output_path.open("wb")
+        argv = [sys.executable, str(FAKE_STACK), "up", str(state_dir)] + ([services] if services else [])
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
+        self.state_dir = state_dir
+
+    @property
+    def output(self) -> str:
+        return self.output_path.read_text(errors="replace")
+
+    def endpoints(self, within: float = 60) -> dict[str, object]:
+        path = self.state_dir / "endpoints.json"
+        deadline = time.monotonic() + within
+        while not path.exists():
+            assert self.proc.poll() is None, f"tessera up exited early:\n{self.output}"
+            assert time.monotonic() < deadline, f"no endpoints.json after {within}s:\n{self.output}"
+            time.sleep(0.05)
+        data: dict[str, object] = json.loads(path.read_text())
+        return data
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=60)
+        self._out.close()
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self._out.close()
+
+
+def processes_using(state_dir: Path) -> list[str]:
+    """Command lines of live processes that mention the state directory (NATS, PostgreSQL, services)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if str(state_dir) in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(cmdline)
+    return found
+
+
+@pytest.fixture
+def state_dir() -> Iterator[Path]:
+    # under /tmp rather than pytest's private basetemp, which PostgreSQL's own user cannot traverse
+    root = Path(tempfile.mkdtemp(prefix="tessera-up-test-"))
+    root.chmod(0o755)
+    yield root / "state"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+async def _boots(database_url: str) -> int:
+    conn = await asyncpg.connect(database_url)
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM boots"))
+    finally:
+        await conn.close()
+
+
+async def test_up_serves_endpoints_stops_cleanly_and_reuses_its_data(state_dir: Path) -> None:
+    first = Up(state_dir)
+    try:
+        endpoints = first.endpoints()
+        services = endpoints["services"]
+        assert isinstance(services, dict)
+        assert sorted(services) == sorted(SERVICES)
+        nats_url, database_url = str(endpoints["nats_url"]), str(endpoints["database_url"])
+        assert nats_url.startswith("nats://127.0.0.1:")
+        assert database_url.startswith("postgresql://") and "@127.0.0.1:" in database_url
+        assert endpoints["admission_api_url"] == services["admission"]["base_url"]
+        async with httpx.AsyncClient() as client:
+            for name, ep in services.items():
+                health = await client.get(ep["health_url"])
+                assert health.status_code == 200
+                # each service got its own port and the stack's URLs through its environment
+                assert health.json()["service"] == name
+                assert health.json()["nats_url"] == nats_url
+                assert health.json()["database_url"] == database_url
+                assert (await client.get(ep["ready_url"])).status_code == 200
+        ports = json.loads((state_dir / "ports.json").read_text())
+        assert nats_url.endswith(f":{ports['nats']}")
+        assert f":{ports['postgres']}/" in database_url
+        assert await _boots(database_url) == 1
+        assert processes_using(state_dir)
+
+        assert first.stop(signal.SIGTERM) == 0
+    finally:
+        first.kill()
+    output = first.output
+    assert "admission  | admission listening on" in output
+    # services first, then NATS, then PostgreSQL
+    assert output.index("scheduler  | scheduler stopped") < output.index("stopping nats")
+    assert output.index("stopping nats") < output.index("stopping postgres")
+    assert processes_using(state_dir) == []
+    assert not (state_dir / "endpoints.json").exists()
+
+    second = Up(state_dir, services="admission,scheduler")
+    try:
+        again = second.endpoints()
+        assert again["database_url"] == database_url
+        assert again["nats_url"] == nats_url
+        assert isinstance(again["services"], dict) and sorted(again["services"]) == ["admission", "scheduler"]
+        assert await _boots(database_url) == 2, "the second run must find the first run's data"
+        assert second.stop(signal.SIGINT) == 0
+    finally:
+        second.kill()
+    assert "reusing its data" in second.output
+    assert processes_using(state_dir) == []
+
+
+def test_a_second_up_on_the_same_state_dir_is_refused(state_dir: Path) -> None:
+    first = Up(state_dir, services="admission")
+    try:
+        first.endpoints()
+        second = subprocess.run(
+            [sys.executable, str(FAKE_STACK), "up", str(state_dir), "admission"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1
+        assert f"state directory {state_dir.resolve()} is in use by pid {first.proc.pid}" in second.stdout
+        assert first.stop() == 0
+    finally:
+        first.kill()
+
+
+def test_a_service_that_never_gets_ready_is_named_with_its_log_file(state_dir: Path) -> None:
+    run = Up(state_dir, services="admission,slicing", FAKE_NOT_READY="slicing", FAKE_READY_TIMEOUT="2")
+    try:
+        code = run.proc.wait(timeout=60)
+    finally:
+        run.kill()
+    assert code == 1
+    output = " ".join(run.output.split())  # undo the console's line wrapping
+    assert "error: slicing: not ready after 2s" in output
+    assert str(state_dir.resolve() / "logs" / "slicing.log") in output.replace(" ", "")
+    assert processes_using(state_dir) == []
+
+
+def test_a_failing_migration_stops_the_start_and_is_named(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from tessera.cli.up import UpOptions, run_up
+
+    def failing_migrate(url: str) -> None:
+        raise RuntimeError(f"cannot reach {url}")
+
+    out = io.StringIO()
+    code = run_up(
+        UpOptions(
+            state_dir=tmp_path / "state",
+            nats_url="nats://127.0.0.1:1",
+            database_url="postgresql://u:p@127.0.0.1:1/db",
+        ),
+        console=Console(file=out, width=200),
+        migrate=failing_migrate,
+        service_argv=lambda n: [sys.executable, "-c", "raise SystemExit('must not start')"],
+    )
+
+    assert code == 1
+    assert "error: migrations: RuntimeError: cannot reach postgresql://u:p@127.0.0.1:1/db" in out.getvalue()
+    assert "must not start" not in out.getvalue()
+    assert not (tmp_path / "state" / "endpoints.json").exists()

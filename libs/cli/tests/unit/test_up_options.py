@@ -1,0 +1,167 @@
+"""``tessera up``'s options, its plan for the services and its help."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tessera.cli.up import (
+    SERVICES,
+    _hide_password,
+    check_url,
+    default_service_argv,
+    parse_services,
+    plan_services,
+    register,
+)
+from tessera.core.embedded import StateDir
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (None, SERVICES),
+        ([], SERVICES),
+        (["admission"], ("admission",)),
+        (["admission,scheduler"], ("admission", "scheduler")),
+        (["scheduler", "admission, slicing"], ("scheduler", "admission", "slicing")),
+        (["admission", "admission"], ("admission",)),
+    ],
+)
+def test_parse_services(values: list[str] | None, expected: tuple[str, ...]) -> None:
+    assert parse_services(values) == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["admision"], "unknown service(s) admision"),
+        (["admission,gpu"], "unknown service(s) gpu"),
+        ([" , "], "name at least one service"),
+    ],
+)
+def test_parse_services_names_the_flag_and_the_reason(values: list[str], message: str) -> None:
+    with pytest.raises(typer.BadParameter, match=r"unknown|at least") as err:
+        parse_services(values)
+    assert message in str(err.value)
+    assert err.value.param_hint == "--services"
+
+
+@pytest.mark.parametrize(
+    ("value", "schemes", "expected"),
+    [
+        (None, ("nats",), None),
+        ("  ", ("nats",), None),
+        ("nats://h:4222", ("nats", "tls"), "nats://h:4222"),
+        (" postgresql://u:p@h:5432/db ", ("postgresql", "postgres"), "postgresql://u:p@h:5432/db"),
+    ],
+)
+def test_check_url_accepts(value: str | None, schemes: tuple[str, ...], expected: str | None) -> None:
+    assert check_url(value, schemes, "--x") == expected
+
+
+def test_check_url_rejects_a_wrong_scheme_naming_the_flag() -> None:
+    with pytest.raises(typer.BadParameter, match="scheme postgresql or postgres") as err:
+        check_url("mysql://h/db", ("postgresql", "postgres"), "--database-url")
+    assert err.value.param_hint == "--database-url"
+
+
+def test_plan_gives_each_service_its_port_urls_and_log() -> None:
+    state = StateDir(Path("/state"))
+    specs, endpoints = plan_services(
+        ["admission", "slicing"],
+        {"admission": 18080, "slicing": 19000},
+        nats_url="nats://127.0.0.1:14222",
+        database_url="postgresql://t:t@127.0.0.1:15432/tessera",
+        kubeconfig=Path("/k/config"),
+        state=state,
+        service_argv=lambda n: ["run", n],
+    )
+
+    assert [s.name for s in specs] == ["admission", "slicing"]
+    assert specs[1].argv == ["run", "slicing"]
+    assert specs[1].log_file == Path("/state/logs/slicing.log")
+    assert specs[1].env == {
+        "TESSERA_NATS_URL": "nats://127.0.0.1:14222",
+        "TESSERA_DATABASE_URL": "postgresql://t:t@127.0.0.1:15432/tessera",
+        "TESSERA_SLICING_HTTP_HOST": "127.0.0.1",
+        "TESSERA_SLICING_HTTP_PORT": "19000",
+        "TESSERA_KUBECONFIG": "/k/config",
+    }
+    assert endpoints.admission_api_url == "http://127.0.0.1:18080"
+    assert endpoints.services["slicing"].health_url == "http://127.0.0.1:19000/healthz"
+    assert endpoints.services["slicing"].ready_url == "http://127.0.0.1:19000/readyz"
+    assert endpoints.kubeconfig == "/k/config"
+
+
+def test_plan_without_admission_has_no_api_url_and_no_kubeconfig() -> None:
+    specs, endpoints = plan_services(
+        ["scheduler"],
+        {"scheduler": 1},
+        nats_url="nats://n",
+        database_url="postgresql://d",
+        kubeconfig=None,
+        state=StateDir(Path("/s")),
+        service_argv=default_service_argv,
+    )
+    assert endpoints.admission_api_url is None
+    assert "TESSERA_KUBECONFIG" not in specs[0].env
+    assert specs[0].argv[1:] == ["-m", "tessera.scheduler"]
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://tessera:secret@127.0.0.1:1/db", "postgresql://tessera:***@127.0.0.1:1/db"),
+        ("postgresql://tessera@127.0.0.1:1/db", "postgresql://tessera@127.0.0.1:1/db"),
+        ("postgresql://127.0.0.1:1/db", "postgresql://127.0.0.1:1/db"),
+    ],
+)
+def test_the_table_hides_passwords(url: str, shown: str) -> None:
+    assert _hide_password(url) == shown
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+
+    @app.command()
+    def other() -> None:  # a second command, so that "up" is a subcommand as in the real app
+        """Unused."""
+
+    return app
+
+
+def test_help_lists_every_option() -> None:
+    result = CliRunner().invoke(_app(), ["up", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert result.exit_code == 0
+    for option in (
+        "--state-dir",
+        "--services",
+        "--nats-url",
+        "--database-url",
+        "--kubeconfig",
+        "--ready-timeout",
+    ):
+        assert option in result.output
+    assert "TESSERA_NATS_URL" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--services", "nope"], "unknown service(s) nope"),
+        (["--nats-url", "http://x"], "is not a URL with scheme nats or tls"),
+        (["--kubeconfig", "/definitely/not/here"], "is not a file"),
+    ],
+)
+def test_bad_options_fail_before_starting_anything(args: list[str], message: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        _app(), ["up", "--state-dir", str(tmp_path / "s"), *args], env={"COLUMNS": "200", "NO_COLOR": "1"}
+    )
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+    assert not (tmp_path / "s").exists()

@@ -167,6 +167,11 @@ class RunningService:
             await self.ctx.nc.drain()
         await self.ctx.engine.dispose()
 
+    def waiting_for(self) -> list[str]:
+        """Consumers still waiting for their upstream stream: reported, but not a reason to be unready,
+        since the service's own API and stream work without them."""
+        return [r.spec.name for r in self.consumers if not r.subscribed.is_set()]
+
     async def ready(self) -> dict[str, str]:
         """Component -> problem; empty when ready."""
         problems: dict[str, str] = {}
@@ -182,9 +187,6 @@ class RunningService:
                 await self.ctx.js.stream_info(subjects.stream_name(self.ctx.name))
             except Exception as exc:
                 problems["stream"] = repr(exc)
-        for runner in self.consumers:
-            if not runner.subscribed.is_set():
-                problems[f"consumer {runner.spec.name}"] = "not subscribed yet"
         for task in self.tasks:
             if task.done() and not self.ctx.stop.is_set():
                 problems[f"task {task.get_name()}"] = "stopped"
@@ -219,7 +221,8 @@ def create_app(definition: ServiceDefinition, settings: ServiceSettings) -> Fast
         service = holder.get("service")
         problems = await service.ready() if service else {"service": "starting"}
         response.status_code = 200 if not problems else 503
-        return {"ready": not problems, "problems": problems}
+        waiting = service.waiting_for() if service else []
+        return {"ready": not problems, "problems": problems, "consumers_waiting_for_stream": waiting}
 
     @app.get("/metrics", tags=["health"])
     async def metrics() -> Response:

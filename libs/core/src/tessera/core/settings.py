@@ -29,7 +29,9 @@ class ConsumerSettings(BaseModel):
 class ServiceSettings(BaseSettings):
     """Subclasses set `model_config` with `env_prefix="TESSERA_<SERVICE>_"`."""
 
-    model_config = SettingsConfigDict(env_prefix="TESSERA_", env_nested_delimiter="__", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="TESSERA_", env_nested_delimiter="__", extra="ignore", populate_by_name=True
+    )
 
     nats_url: str = Field("nats://127.0.0.1:4222", validation_alias=AliasChoices("TESSERA_NATS_URL"))
     database_url: SecretStr = Field(

@@ -1,0 +1,122 @@
+"""`tessera jobs`: submit, get and list jobs through admission's REST API."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from tessera.cli.endpoints import admission_url
+
+app = typer.Typer(help="Submit and inspect jobs.", no_args_is_help=True)
+console = Console()
+err = Console(stderr=True)
+
+ApiOption = Annotated[
+    str | None,
+    typer.Option("--api", help="admission URL; default: TESSERA_ADMISSION_URL or .tessera/endpoints.json"),
+]
+
+
+def _client(api: str | None) -> httpx.Client:
+    return httpx.Client(base_url=api or admission_url(), timeout=15)
+
+
+def load_job_file(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise typer.BadParameter(
+            f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}"
+        ) from exc
+
+
+def _fail_unreachable(api: str, exc: httpx.HTTPError) -> typer.Exit:
+    err.print(f"[red]cannot reach admission at {api}[/]: {exc}. Is `tessera up` running?")
+    return typer.Exit(2)
+
+
+@app.command()
+def submit(
+    file: Annotated[Path, typer.Argument(help="a job spec, YAML or JSON")], api: ApiOption = None
+) -> None:
+    """Submit a job; prints its id. A rejected job prints each offending field and the reason."""
+    spec = load_job_file(file)
+    with _client(api) as client:
+        try:
+            response = client.post("/v1/jobs", json=spec)
+        except httpx.HTTPError as exc:
+            raise _fail_unreachable(str(client.base_url), exc) from exc
+    body = response.json()
+    if response.status_code == 422:
+        err.print(f"[red]rejected[/] job {body.get('job_id', '')}: {body.get('message', '')}")
+        for error in body.get("errors", []):
+            err.print(f"  {error['field']}: {error['reason']}")
+        raise typer.Exit(1)
+    response.raise_for_status()
+    console.print(body["id"])
+
+
+@app.command()
+def get(
+    job_id: str,
+    as_json: Annotated[bool, typer.Option("--json", help="print the raw JSON")] = False,
+    api: ApiOption = None,
+) -> None:
+    """Show a job and its state history."""
+    with _client(api) as client:
+        try:
+            response = client.get(f"/v1/jobs/{job_id}")
+        except httpx.HTTPError as exc:
+            raise _fail_unreachable(str(client.base_url), exc) from exc
+    if response.status_code == 404:
+        err.print(f"[red]no job with id {job_id}[/]")
+        raise typer.Exit(1)
+    response.raise_for_status()
+    job = response.json()
+    if as_json:
+        console.print_json(data=job)
+        return
+    console.print(
+        f"[bold]{job['name']}[/] ({job['id']}) tenant={job['tenant']} queue={job['queue']} "
+        f"state=[bold]{job['state']}[/]"
+    )
+    table = Table("at", "state", "reason")
+    for step in job["history"]:
+        table.add_row(step["at"], step["state"], step["reason"])
+    console.print(table)
+
+
+@app.command("list")
+def list_jobs(
+    tenant: Annotated[str | None, typer.Option(help="only this tenant's jobs")] = None,
+    state: Annotated[str | None, typer.Option(help="only jobs in this state")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    api: ApiOption = None,
+) -> None:
+    """List the most recent jobs."""
+    params: dict[str, str | int] = {"limit": limit}
+    if tenant:
+        params["tenant"] = tenant
+    if state:
+        params["state"] = state
+    with _client(api) as client:
+        try:
+            response = client.get("/v1/jobs", params=params)
+        except httpx.HTTPError as exc:
+            raise _fail_unreachable(str(client.base_url), exc) from exc
+    response.raise_for_status()
+    table = Table("id", "name", "tenant", "queue", "state", "submitted")
+    for job in response.json():
+        table.add_row(job["id"], job["name"], job["tenant"], job["queue"], job["state"], job["submitted_at"])
+    console.print(table)

@@ -65,6 +65,8 @@ class DevClusterEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         if route is not None and self._router is not None:
             return await self._router.handle(raw_request, route)
         del self._requests[:-_KEEP_REQUESTS]
+        for errors in self._errors:
+            del errors[:-_KEEP_REQUESTS]
         if len(raw_request.path) > 1 and raw_request.path.endswith("/"):
             # The official clients ask for /api/v1/ and /version/; kmock matches paths exactly.
             raw_request = raw_request.clone(

@@ -1,0 +1,1 @@
+"""The simulation behind the devcluster: nodes, kubelet, GPU Operator and NVML readings."""

@@ -1,0 +1,97 @@
+"""A cache of nodes, pods and PodGroups fed by reflectors, and the immutable snapshot decisions read."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType, TracebackType
+from typing import Any, Self
+
+from tessera.cluster.domain.node import Node
+from tessera.cluster.domain.requirements import Pod, PodGroup
+from tessera.cluster.port import Cluster, PodSelector
+from tessera.cluster.reflector import Reflector
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """What the cache held at one instant; safe to read while the cache moves on."""
+
+    nodes: Mapping[str, Node]
+    pods: Mapping[str, Pod]
+    pod_groups: Mapping[str, PodGroup]
+
+    def pods_in_group(self, namespace: str, group: str) -> tuple[Pod, ...]:
+        return tuple(p for p in self.pods.values() if p.namespace == namespace and p.pod_group == group)
+
+
+def pod_key(pod: Pod) -> str:
+    return f"{pod.namespace}/{pod.name}"
+
+
+class ClusterCache:
+    """Watches the cluster: all nodes, the pods of ``pod_selector`` and the PodGroups of a namespace.
+
+    Use as an async context manager (``async with ClusterCache(cluster) as cache``), which returns
+    once every reflector has listed.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        pod_selector: PodSelector | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        selector = pod_selector if pod_selector is not None else PodSelector.pending_for(namespace=namespace)
+        self.nodes: Reflector[Node] = Reflector(
+            "nodes", cluster.list_nodes, cluster.watch_nodes, key=lambda node: node.name
+        )
+        self.pods: Reflector[Pod] = Reflector(
+            "pods",
+            lambda: cluster.list_pods(selector),
+            lambda rv: cluster.watch_pods(rv, selector),
+            key=pod_key,
+        )
+        self.pod_groups: Reflector[PodGroup] = Reflector(
+            "podgroups",
+            lambda: cluster.list_pod_groups(namespace),
+            lambda rv: cluster.watch_pod_groups(rv, namespace),
+            key=lambda group: group.key,
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def reflectors(self) -> tuple[Reflector[Any], ...]:
+        return (self.nodes, self.pods, self.pod_groups)
+
+    async def start(self, timeout: float = 30.0) -> None:
+        self._tasks = [asyncio.create_task(r.run(), name=f"reflector-{r.name}") for r in self.reflectors]
+        async with asyncio.timeout(timeout):
+            await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    def snapshot(self) -> ClusterSnapshot:
+        return ClusterSnapshot(
+            nodes=MappingProxyType(dict(self.nodes.store)),
+            pods=MappingProxyType(dict(self.pods.store)),
+            pod_groups=MappingProxyType(dict(self.pod_groups.store)),
+        )
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()

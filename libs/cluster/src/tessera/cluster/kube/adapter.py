@@ -1,0 +1,328 @@
+"""The `Cluster` port on a real (or emulated) Kubernetes API server, with the official client.
+
+Every blocking client call runs in a worker thread (``asyncio.to_thread``) and every watch stream
+on a thread of its own, so the event loop never waits on the network. Requests ask for the raw
+response (``_preload_content=False``) and the JSON is parsed by Tessera's own parsers: that is both
+faster and immune to the client's model validation, which rejects the Status the server answers a
+Binding with (kubernetes-client/python#825).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, TypeVar
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from tessera.cluster.conventions.assignment import encode_assignment
+from tessera.cluster.conventions.kube_dict import get, string_map
+from tessera.cluster.conventions.names import (
+    GPU_ASSIGNMENT_ANNOTATION,
+    POD_GROUP_API_GROUP,
+    POD_GROUP_PLURAL,
+    POD_GROUP_VERSION,
+)
+from tessera.cluster.conventions.nodes import parse_node
+from tessera.cluster.conventions.pods import parse_pod, parse_pod_group
+from tessera.cluster.domain.allocation import DeviceAssignment
+from tessera.cluster.domain.node import Node
+from tessera.cluster.domain.requirements import Pod, PodGroup, PodRef
+from tessera.cluster.kube.errors import translate
+from tessera.cluster.kube.watch import stream_events
+from tessera.cluster.port import (
+    AlreadyBound,
+    ConfigMap,
+    ConfigMapMutation,
+    Listing,
+    PodSelector,
+    WatchEvent,
+)
+from tessera.cluster.retry import update_config_map_with_retry
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubernetesCluster:
+    """The Cluster port over an ``ApiClient`` (see :func:`api_client` for ways to build one)."""
+
+    def __init__(
+        self, api: k8s.ApiClient, *, watch_timeout_seconds: int = 300, request_timeout: float = 30.0
+    ) -> None:
+        self._api = api
+        # Typed as Any: the client's signatures want its models, and we send and read raw JSON.
+        self._core: Any = k8s.CoreV1Api(api)
+        self._custom: Any = k8s.CustomObjectsApi(api)
+        self._watch_timeout = watch_timeout_seconds
+        self._request_timeout = request_timeout
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._api.close)
+
+    # ---- reads --------------------------------------------------------------------------------
+
+    async def list_nodes(self) -> Listing[Node]:
+        return await self._list(lambda **kw: self._core.list_node(**kw), parse_node, {})
+
+    def watch_nodes(self, resource_version: str) -> AsyncIterator[WatchEvent[Node]]:
+        return self._watch(lambda **kw: self._core.list_node(**kw), parse_node, resource_version, {}, "nodes")
+
+    async def list_pods(self, selector: PodSelector = PodSelector()) -> Listing[Pod]:
+        fn, params = self._pod_query(selector)
+        return await self._list(fn, parse_pod, params)
+
+    def watch_pods(
+        self, resource_version: str, selector: PodSelector = PodSelector()
+    ) -> AsyncIterator[WatchEvent[Pod]]:
+        fn, params = self._pod_query(selector)
+        return self._watch(fn, parse_pod, resource_version, params, "pods")
+
+    async def list_pod_groups(self, namespace: str | None = None) -> Listing[PodGroup]:
+        return await self._list(self._pod_group_fn(namespace), parse_pod_group, {})
+
+    def watch_pod_groups(
+        self, resource_version: str, namespace: str | None = None
+    ) -> AsyncIterator[WatchEvent[PodGroup]]:
+        return self._watch(self._pod_group_fn(namespace), parse_pod_group, resource_version, {}, "podgroups")
+
+    async def get_pod(self, ref: PodRef) -> Pod:
+        raw = await self._call(
+            lambda: self._core.read_namespaced_pod(ref.name, ref.namespace, _preload_content=False)
+        )
+        return parse_pod(raw)
+
+    async def get_node(self, name: str) -> Node:
+        return parse_node(await self._call(lambda: self._core.read_node(name, _preload_content=False)))
+
+    # ---- writes -------------------------------------------------------------------------------
+
+    async def bind(self, ref: PodRef, node: str, assignment: DeviceAssignment | None = None) -> None:
+        """Write the device assignment (guarded by the pod's resourceVersion), then POST the Binding."""
+        pod = await self.get_pod(ref)
+        if pod.node_name:
+            raise AlreadyBound(f'pod {ref} is already assigned to node "{pod.node_name}"')
+        if assignment is not None:
+            patch = {
+                "metadata": {
+                    "resourceVersion": pod.resource_version,
+                    "annotations": {GPU_ASSIGNMENT_ANNOTATION: encode_assignment(assignment)},
+                }
+            }
+            await self._call(
+                lambda: self._core.patch_namespaced_pod(
+                    ref.name, ref.namespace, patch, _content_type=MERGE_PATCH, _preload_content=False
+                )
+            )
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": ref.name, "namespace": ref.namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self._call(
+            lambda: self._core.create_namespaced_pod_binding(
+                ref.name, ref.namespace, body, _preload_content=False
+            ),
+            binding=True,
+        )
+
+    async def evict(self, ref: PodRef, grace_period_seconds: int | None = None) -> None:
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": ref.name, "namespace": ref.namespace},
+        }
+        if grace_period_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
+        await self._call(
+            lambda: self._core.create_namespaced_pod_eviction(
+                ref.name, ref.namespace, body, _preload_content=False
+            )
+        )
+
+    async def patch_node(
+        self,
+        name: str,
+        *,
+        labels: Mapping[str, str | None] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+    ) -> Node:
+        metadata: dict[str, Any] = {}
+        if labels:
+            metadata["labels"] = dict(labels)
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        return await self._patch_node(name, {"metadata": metadata})
+
+    async def cordon(self, name: str, unschedulable: bool = True) -> Node:
+        return await self._patch_node(name, {"spec": {"unschedulable": unschedulable or None}})
+
+    async def get_config_map(self, namespace: str, name: str) -> ConfigMap | None:
+        try:
+            raw = await self._call(
+                lambda: self._core.read_namespaced_config_map(name, namespace, _preload_content=False)
+            )
+        except Exception as exc:
+            if getattr(exc, "code", None) == 404:
+                return None
+            raise
+        return _config_map(raw)
+
+    async def apply_config_map(
+        self, namespace: str, name: str, data: Mapping[str, str], labels: Mapping[str, str] | None = None
+    ) -> ConfigMap:
+        return await update_config_map_with_retry(
+            lambda: self.get_config_map(namespace, name),
+            lambda new, version: self._write_config_map(namespace, name, new, version, labels),
+            lambda _: dict(data),
+        )
+
+    async def update_config_map(self, namespace: str, name: str, mutate: ConfigMapMutation) -> ConfigMap:
+        return await update_config_map_with_retry(
+            lambda: self.get_config_map(namespace, name),
+            lambda new, version: self._write_config_map(namespace, name, new, version, None),
+            mutate,
+        )
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    async def _write_config_map(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, str],
+        version: str | None,
+        labels: Mapping[str, str] | None,
+    ) -> ConfigMap:
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+        if labels is not None:
+            metadata["labels"] = dict(labels)
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata,
+            "data": dict(data),
+        }
+        if version is None:
+            raw = await self._call(
+                lambda: self._core.create_namespaced_config_map(namespace, body, _preload_content=False)
+            )
+        else:
+            metadata["resourceVersion"] = version
+            if labels is None:
+                current = await self.get_config_map(namespace, name)
+                if current is not None:
+                    metadata["labels"] = dict(current.labels)
+            raw = await self._call(
+                lambda: self._core.replace_namespaced_config_map(
+                    name, namespace, body, _preload_content=False
+                )
+            )
+        return _config_map(raw)
+
+    async def _patch_node(self, name: str, patch: dict[str, Any]) -> Node:
+        raw = await self._call(
+            lambda: self._core.patch_node(name, patch, _content_type=MERGE_PATCH, _preload_content=False)
+        )
+        return parse_node(raw)
+
+    def _pod_query(self, selector: PodSelector) -> tuple[Callable[..., Any], dict[str, Any]]:
+        params: dict[str, Any] = {}
+        if (fields := selector.field_selector()) is not None:
+            params["field_selector"] = fields
+        if (labels := selector.label_selector()) is not None:
+            params["label_selector"] = labels
+        if selector.namespace is not None:
+            namespace = selector.namespace
+            return (lambda **kw: self._core.list_namespaced_pod(namespace, **kw)), params
+        return (lambda **kw: self._core.list_pod_for_all_namespaces(**kw)), params
+
+    def _pod_group_fn(self, namespace: str | None) -> Callable[..., Any]:
+        group, version, plural = POD_GROUP_API_GROUP, POD_GROUP_VERSION, POD_GROUP_PLURAL
+        if namespace is not None:
+            return lambda **kw: self._custom.list_namespaced_custom_object(
+                group, version, namespace, plural, **kw
+            )
+        return lambda **kw: self._custom.list_cluster_custom_object(group, version, plural, **kw)
+
+    async def _list(
+        self, fn: Callable[..., Any], parse: Callable[[dict[str, Any]], T], params: dict[str, Any]
+    ) -> Listing[T]:
+        raw = await self._call(lambda: fn(_preload_content=False, **params))
+        items = []
+        for obj in get(raw, "items", []):
+            try:
+                items.append(parse(obj))
+            except ValueError as exc:
+                log.warning("skipping an object that does not parse", extra={"error": str(exc)})
+        return Listing(tuple(items), str(get(get(raw, "metadata", {}), "resourceVersion", "")))
+
+    def _watch(
+        self,
+        fn: Callable[..., Any],
+        parse: Callable[[dict[str, Any]], T],
+        resource_version: str,
+        params: dict[str, Any],
+        name: str,
+    ) -> AsyncIterator[WatchEvent[T]]:
+        timeout = self._watch_timeout
+
+        def open_stream() -> Any:
+            return fn(
+                watch=True,
+                resource_version=resource_version,
+                timeout_seconds=timeout,
+                _preload_content=False,
+                _request_timeout=(self._request_timeout, timeout + 30),
+                **params,
+            )
+
+        return stream_events(open_stream, parse, name)
+
+    async def _call(self, fn: Callable[[], Any], *, binding: bool = False) -> dict[str, Any]:
+        try:
+            response = await asyncio.to_thread(fn)
+        except ApiException as exc:
+            raise translate(exc, binding=binding) from None
+        data = response.data if hasattr(response, "data") else response
+        if not data:
+            return {}
+        parsed = json.loads(data)
+        return parsed if isinstance(parsed, dict) else {}
+
+
+def _config_map(raw: Mapping[str, Any]) -> ConfigMap:
+    metadata = get(raw, "metadata", {})
+    return ConfigMap(
+        namespace=get(metadata, "namespace", "default"),
+        name=get(metadata, "name", ""),
+        data=string_map(raw, "data", "configmap.data"),
+        labels=string_map(metadata, "labels", "configmap.metadata.labels"),
+        resource_version=get(metadata, "resourceVersion"),
+    )
+
+
+def api_client(
+    *, url: str | None = None, kubeconfig: str | None = None, in_cluster: bool = False
+) -> k8s.ApiClient:
+    """An ApiClient for a server URL (no auth, e.g. the devcluster), a kubeconfig file, or in-cluster."""
+    from kubernetes import config as k8s_config
+
+    if url is not None:
+        configuration = k8s.Configuration()
+        configuration.host = url
+        return k8s.ApiClient(configuration)
+    if in_cluster:
+        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return k8s.ApiClient()
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=kubeconfig, client_configuration=configuration
+    )
+    return k8s.ApiClient(configuration)

@@ -1,0 +1,103 @@
+"""A watch stream served by a dedicated thread, so the blocking client never stalls the event loop.
+
+The thread reads newline-delimited JSON events from the raw response and hands them to the loop
+through a queue. Closing the async iterator shuts the socket down, which wakes the thread at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from tessera.cluster.kube.errors import status_message, translate
+from tessera.cluster.port import ClusterError, EventType, WatchEvent, WatchExpired
+
+_END = object()
+
+
+async def stream_events(
+    open_stream: Callable[[], Any],
+    parse: Callable[[dict[str, Any]], Any],
+    name: str,
+) -> AsyncIterator[WatchEvent[Any]]:
+    """Yield parsed watch events from ``open_stream()`` (a raw urllib3 response) until it ends.
+
+    Raises WatchExpired on a 410 (as an HTTP status or an ERROR event), ClusterError otherwise.
+    BOOKMARK events only move the resourceVersion on; objects that fail to parse are skipped.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    holder: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def put(item: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody listens any more
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    def pump() -> None:
+        try:
+            response = open_stream()
+            holder["response"] = response
+            if stop.is_set():
+                return
+            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+                if stop.is_set():
+                    return
+                put(json.loads(line))
+        except ApiException as exc:
+            put(translate(exc))
+        except Exception as exc:  # a dropped connection ends the stream; the reflector resumes
+            if not stop.is_set():
+                put(exc)
+        finally:
+            response = holder.get("response")
+            if response is not None:
+                with contextlib.suppress(Exception):
+                    response.release_conn()
+            put(_END)
+
+    thread = threading.Thread(target=pump, name=f"watch-{name}", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = await queue.get()
+            if item is _END:
+                return
+            if isinstance(item, ClusterError):
+                raise item
+            if isinstance(item, Exception):
+                raise ClusterError(f"watch {name}: {item}") from item
+            event = _event(item, parse, name)
+            if event is not None:
+                yield event
+    finally:
+        stop.set()
+        response = holder.get("response")
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.shutdown()
+
+
+def _event(raw: dict[str, Any], parse: Callable[[dict[str, Any]], Any], name: str) -> WatchEvent[Any] | None:
+    kind = raw.get("type")
+    obj = raw.get("object") or {}
+    if kind == "ERROR":
+        code = obj.get("code")
+        if code == 410:
+            raise WatchExpired(status_message(json.dumps(obj)))
+        raise ClusterError(f"watch {name}: {status_message(json.dumps(obj))}")
+    if kind == "BOOKMARK" or kind not in ("ADDED", "MODIFIED", "DELETED"):
+        return None
+    version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+    try:
+        parsed = parse(obj)
+    except ValueError:
+        return None
+    return WatchEvent(EventType(kind), parsed, version)

@@ -1,0 +1,53 @@
+"""Docker cannot run here, so the compose file and the Dockerfile are checked by reading them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tessera.contracts.subjects import SERVICES
+
+ROOT = Path(__file__).parents[2]
+
+
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return data
+
+
+def test_compose_runs_the_infrastructure_and_all_six_services() -> None:
+    services = compose()["services"]
+    assert {"nats", "postgres", "jaeger", "migrate", *SERVICES} <= set(services)
+    assert "-js" in services["nats"]["command"]
+    assert services["jaeger"]["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
+
+
+def test_each_service_runs_its_module_against_the_shared_nats_and_postgres() -> None:
+    services = compose()["services"]
+    for name in SERVICES:
+        spec = services[name]
+        assert spec["command"] == ["python", "-m", f"tessera.{name}"]
+        env = spec["environment"]
+        assert env["TESSERA_NATS_URL"] == "nats://nats:4222"
+        assert env["TESSERA_DATABASE_URL"].startswith("postgresql://tessera:tessera@postgres:5432/")
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://jaeger:4318"
+        assert env[f"TESSERA_{name.upper()}_HTTP_HOST"] == "0.0.0.0"
+        assert spec["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_mounted_files_exist_in_the_repository() -> None:
+    for spec in compose()["services"].values():
+        for volume in spec.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), source
+
+
+def test_dockerfile_builds_from_the_lock_and_ships_the_migrations() -> None:
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert "uv sync --frozen --no-dev" in text
+    assert "COPY migrations" in text and "TESSERA_MIGRATIONS_DIR" in text
+    for copied in ("pyproject.toml", "uv.lock", "libs", "services", "migrations"):
+        assert (ROOT / copied).exists(), copied

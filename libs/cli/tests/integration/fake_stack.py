@@ -77,6 +77,7 @@ def up(state_dir: str, services: str | None) -> int:
         services=tuple(services.split(",")) if services else SERVICES,
         ready_timeout=float(os.environ.get("FAKE_READY_TIMEOUT", "30")),
         stop_timeout=5,
+        use_default_ports=False,
     )
     return run_up(options, migrate=migrate, service_argv=lambda n: [sys.executable, __file__, "service", n])
 

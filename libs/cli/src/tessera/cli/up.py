@@ -65,6 +65,12 @@ class UpOptions:
     kubeconfig: Path | None = None
     ready_timeout: float = 60.0
     stop_timeout: float = 10.0
+    #: prefer the fixed default ports (14222, 15432, 18080…) when no port is remembered yet;
+    #: off, fresh state directories get kernel-chosen free ports (tests running side by side)
+    use_default_ports: bool = True
+
+    def default_port(self, default: int) -> int | None:
+        return default if self.use_default_ports else None
 
 
 # -- input checks -------------------------------------------------------------------------------------
@@ -188,7 +194,10 @@ def run_up(
                     raise ComponentError("migrations", f"{type(err).__name__}: {err}") from err
             console.print("[green]✓[/] migrations applied")
             kubeconfig = options.kubeconfig or start_devcluster(state, console)
-            ports = {n: state.choose_port(f"service.{n}", DEFAULT_SERVICE_PORTS[n]) for n in options.services}
+            ports = {
+                n: state.choose_port(f"service.{n}", options.default_port(DEFAULT_SERVICE_PORTS[n]))
+                for n in options.services
+            }
             state.remember_ports({f"service.{n}": p for n, p in ports.items()})
             specs, endpoints = plan_services(
                 options.services,
@@ -226,7 +235,7 @@ def _start_infra(
     if database_url is None:
         pg = PostgresServer(
             state.pg_data,
-            port=state.choose_port("postgres", DEFAULT_POSTGRES_PORT),
+            port=state.choose_port("postgres", options.default_port(DEFAULT_POSTGRES_PORT)),
             log_file=state.log_file("postgres"),
         )
         verb = "reusing" if (state.pg_data / "PG_VERSION").exists() else "creating"
@@ -242,7 +251,7 @@ def _start_infra(
     if nats_url is None:
         nats = NatsServer(
             state.nats_store,
-            port=state.choose_port("nats", DEFAULT_NATS_PORT),
+            port=state.choose_port("nats", options.default_port(DEFAULT_NATS_PORT)),
             log_file=state.log_file("nats"),
         )
         with console.status(f"Starting NATS with JetStream on {HOST}:{nats.port}…"):

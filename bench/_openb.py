@@ -76,3 +76,59 @@ def load_pods(path: Path) -> list[PodShape]:
         raise PlacementInputError(f"{path}: no pods")
     named.sort(key=lambda np_: np_[0])
     return [p for _, p in named]
+
+
+# Synthetic workload mixes derived from a pod list, to check that a policy is not tuned to one trace.
+VARIANTS: dict[str, str] = {
+    "sharing-x2": "pods resampled with GPU-sharing pods twice as likely",
+    "multi-gpu-x5": "pods resampled with multi-GPU pods five times as likely",
+    "cpu-only-x2": "pods resampled with CPU-only pods twice as likely",
+    "gpu-spec-30": "30% of GPU pods restricted to two GPU models (drawn by GPU count)",
+}
+
+
+def _pod_class(pod: PodShape) -> str:
+    if pod.num_gpu == 0:
+        return "cpu-only"
+    if pod.is_sharing:
+        return "sharing"
+    return "multi-gpu" if pod.num_gpu > 1 else "one-gpu"
+
+
+def derive_variant(
+    pods: list[PodShape], nodes: list[NodeSpec], variant: str, seed: int = 0
+) -> list[PodShape]:
+    """A pod list of the same size as `pods`, reshaped as described in VARIANTS[variant]."""
+    import numpy as np  # local: only the variant study needs it
+
+    rng = np.random.default_rng(seed)
+    boost = {
+        "sharing-x2": ("sharing", 2.0),
+        "multi-gpu-x5": ("multi-gpu", 5.0),
+        "cpu-only-x2": ("cpu-only", 2.0),
+    }
+    if variant in boost:
+        cls, factor = boost[variant]
+        weight = np.array([factor if _pod_class(p) == cls else 1.0 for p in pods])
+        picks = rng.choice(len(pods), size=len(pods), replace=True, p=weight / weight.sum())
+        return [pods[int(i)] for i in picks]
+    if variant == "gpu-spec-30":
+        gpus_by_model: dict[str, int] = {}
+        for n in nodes:
+            gpus_by_model[n.model] = gpus_by_model.get(n.model, 0) + n.gpu_count
+        models = sorted(m for m, g in gpus_by_model.items() if g > 0)
+        share = np.array([gpus_by_model[m] for m in models], dtype=np.float64)
+        out = []
+        for p in pods:
+            if p.num_gpu > 0 and len(models) > 1 and rng.random() < 0.3:
+                chosen = rng.choice(len(models), size=2, replace=False, p=share / share.sum())
+                p = PodShape(
+                    p.cpu_milli,
+                    p.memory_mib,
+                    p.num_gpu,
+                    p.gpu_milli,
+                    frozenset(models[int(i)] for i in chosen),
+                )
+            out.append(p)
+        return out
+    raise PlacementInputError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")

@@ -22,6 +22,7 @@ from tessera.scheduler.domain.placement.policies import (
     RandomPolicy,
 )
 from tessera.scheduler.domain.placement.state import ClusterState
+from tessera.scheduler.domain.placement.tessera_policy import TesseraPolicy, WorkloadProfile
 
 __all__ = [
     "MILLI_PER_GPU",
@@ -37,7 +38,9 @@ __all__ = [
     "PlacementPolicy",
     "PodShape",
     "RandomPolicy",
+    "TesseraPolicy",
     "TypicalPod",
+    "WorkloadProfile",
     "random_ranks",
     "typical_pods",
 ]

@@ -51,9 +51,12 @@ def gpus_for(state: ClusterState, node: int, pod: PodShape, mode: GpuMode = "bin
     return whole_gpus(state, node, pod.num_gpu)
 
 
-def shape_key(pod: PodShape) -> tuple[int, int, int, frozenset[str]]:
-    """What a per-node score may depend on (memory only decides feasibility)."""
-    return (pod.cpu_milli, pod.gpu_milli, pod.num_gpu, pod.gpu_models)
+def shape_key(pod: PodShape, with_memory: bool = False) -> tuple[int, int, int, int]:
+    """What a per-node score depends on: CPU and GPU request, and memory when the scorer reads it.
+
+    Allowed GPU models are left out: they decide feasibility, not a node's score.
+    """
+    return (pod.cpu_milli, pod.memory_mib if with_memory else -1, pod.gpu_milli, pod.num_gpu)
 
 
 ComputeFn = Callable[[IntArray], tuple[FloatArray, IntArray]]

@@ -25,7 +25,7 @@ class PlacementPolicy(Protocol):
 
 def _leftover(state: ClusterState, nodes: IntArray, pod: PodShape) -> tuple[FloatArray, FloatArray]:
     cpu = (state.cpu_left[nodes] - pod.cpu_milli) / CPU_SCALE_MILLI
-    gpu = (state.gpu_left[nodes].sum(axis=1) - pod.gpu_request_milli) / GPU_SCALE_MILLI
+    gpu = (state.gpu_free[nodes] - pod.gpu_request_milli) / GPU_SCALE_MILLI
     return cpu, gpu
 
 
@@ -76,7 +76,7 @@ class DotProdPolicy:
         if nodes.size == 0:
             return None
         free_cpu = state.cpu_left[nodes] / CPU_SCALE_MILLI
-        free_gpu = state.gpu_left[nodes].sum(axis=1) / GPU_SCALE_MILLI
+        free_gpu = state.gpu_free[nodes] / GPU_SCALE_MILLI
         dot = (
             free_cpu * (pod.cpu_milli / CPU_SCALE_MILLI)
             + free_gpu * (pod.gpu_request_milli / GPU_SCALE_MILLI)
@@ -113,7 +113,7 @@ class PackingPolicy:
         has_gpu = gpu_cap > 0
         gpu_used = np.where(
             has_gpu,
-            1.0 - (state.gpu_left[nodes].sum(axis=1) - pod.gpu_request_milli) / np.maximum(gpu_cap, 1),
+            1.0 - (state.gpu_free[nodes] - pod.gpu_request_milli) / np.maximum(gpu_cap, 1),
             0.0,
         )
         utilisation = np.where(has_gpu, (cpu_used + gpu_used) / 2.0, cpu_used)

@@ -43,6 +43,7 @@ class ClusterState:
         self.cpu_left: IntArray = self.cpu_capacity.copy()
         self.memory_left: IntArray = self.memory_capacity.copy()
         self.gpu_left: IntArray = np.where(self.gpu_exists, MILLI_PER_GPU, 0).astype(np.int64)
+        self.gpu_free: IntArray = self.gpu_left.sum(axis=1)
         self.max_gpu_left: IntArray = self.gpu_left.max(axis=1)
         self.idle_gpus: IntArray = self.gpu_count.copy()
         self.version: IntArray = np.zeros(len(nodes), dtype=np.int64)
@@ -119,6 +120,7 @@ class ClusterState:
         for slot in placement.gpus:
             self.gpu_left[n, slot] += sign * pod.gpu_milli
         row = self.gpu_left[n]
+        self.gpu_free[n] = row.sum()
         self.max_gpu_left[n] = row.max()
         self.idle_gpus[n] = int(np.count_nonzero(row == MILLI_PER_GPU))
         self.version[n] += 1

@@ -35,7 +35,17 @@ def admits(decisions: list[object]) -> list[str]:
     return [d.job for d in decisions if isinstance(d, Admit)]
 
 
-def test_scenario_tenant_b_reclaims_its_nominal_quota_from_tenant_a() -> None:
+@pytest.mark.parametrize(
+    "b_jobs",
+    [
+        pytest.param({"b-train": (4, 2)}, id="one 2x4-GPU gang"),
+        pytest.param({"b-1": (4, 1), "b-2": (4, 1)}, id="two 4-GPU jobs"),
+        pytest.param({f"b-{i}": (1, 1) for i in range(8)}, id="eight 1-GPU jobs"),
+    ],
+)
+def test_scenario_tenant_b_reclaims_its_nominal_quota_from_tenant_a(
+    b_jobs: dict[str, tuple[int, int]],
+) -> None:
     """A and B share a 16-GPU cohort, 8 nominal each. A fills all 16 by borrowing; B then asks
     for 8 GPUs: A's newest jobs are the victims, and B is admitted once they are released."""
     engine = engine_of(
@@ -47,26 +57,50 @@ def test_scenario_tenant_b_reclaims_its_nominal_quota_from_tenant_a() -> None:
         assert admits(engine.run_cycle(float(i)).decisions) == [f"a{i}"]
     assert engine.queue_usage("team-a")[("a100", "gpu")] == 16
 
-    engine.submit(a_job("b-train").queue("team-b").gpus(4, pods=2).at(10.0).build())
+    for t, (name, (per_pod, pods)) in enumerate(b_jobs.items()):
+        engine.submit(a_job(name).queue("team-b").gpus(per_pod, pods=pods).at(10.0 + t).build())
     first = engine.run_cycle(10.0)
     victims = preempts(first.decisions)
     assert sorted(v.victim for v in victims) == ["a2", "a3"]
     assert {v.reason for v in victims} == {PreemptionReason.RECLAIM_WITHIN_COHORT}
-    assert {v.preemptor for v in victims} == {"b-train"}
-    assert first.waits["b-train"] is WaitReason.WAITING_FOR_VICTIMS
+    assert {v.preemptor for v in victims} <= set(b_jobs)
+    assert all(first.waits[name] is WaitReason.WAITING_FOR_VICTIMS for name in b_jobs)
     assert admits(first.decisions) == []
+    # Nobody else may take the reclaimed room while the victims drain.
+    engine.submit(a_job("a-late").queue("team-a").gpus(1).at(10.5).build())
+    assert engine.run_cycle(10.5).waits["a-late"] is WaitReason.QUOTA_EXHAUSTED
 
     engine.release("a3")
-    second = engine.run_cycle(11.0)
-    assert admits(second.decisions) == []
-    assert second.waits["b-train"] is WaitReason.WAITING_FOR_VICTIMS
-
     engine.release("a2")
-    third = engine.run_cycle(12.0)
-    assert admits(third.decisions) == ["b-train"]
+    after = engine.run_cycle(12.0)
+    assert sorted(admits(after.decisions)) == sorted(b_jobs)
+    assert all(not d.borrows for d in after.decisions if isinstance(d, Admit))
     assert engine.queue_usage("team-a")[("a100", "gpu")] == 8
     assert engine.queue_usage("team-b")[("a100", "gpu")] == 8
     assert engine.is_admitted("a0") and engine.is_admitted("a1")
+
+
+def test_scenario_preemptor_waits_until_every_victim_is_released() -> None:
+    engine = engine_of(
+        a_queue("team-a").cohort("shared").nominal(gpu=8).build(),
+        a_queue("team-b").cohort("shared").nominal(gpu=8).build(),
+    )
+    for i in range(4):
+        engine.submit(a_job(f"a{i}").queue("team-a").gpus(4).at(float(i)).build())
+        engine.run_cycle(float(i))
+    engine.submit(a_job("b-train").queue("team-b").gpus(4, pods=2).at(10.0).build())
+    engine.run_cycle(10.0)
+    engine.release("a3")
+    second = engine.run_cycle(11.0)
+    assert admits(second.decisions) == []
+    [wait] = [d for d in second.decisions if isinstance(d, Wait)]
+    assert (wait.job, wait.reason, wait.message) == (
+        "b-train",
+        WaitReason.WAITING_FOR_VICTIMS,
+        "waiting for a2",
+    )
+    engine.release("a2")
+    assert admits(engine.run_cycle(12.0).decisions) == ["b-train"]
 
 
 def test_quota_freed_by_victims_is_kept_for_the_preemptor() -> None:

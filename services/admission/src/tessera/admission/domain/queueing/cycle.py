@@ -2,8 +2,10 @@
 are gone -> queue heads in order -> compact queues.
 
 Every job that fits is admitted in the same cycle. Queue heads sit in one heap ordered by
-(fair share when enabled, priority, creation time); after each admission only that queue's
-next head is pushed, with its share recomputed, so a cycle costs O(examined x log queues).
+(queues within their nominal quota before borrowers, fair share when enabled, priority,
+creation time); after each admission only that queue's next head is pushed, with its key
+recomputed (a queue's key depends on its own usage alone), so a cycle costs
+O(examined x log queues).
 Usage is accounted incrementally in the quota tree. In best-effort queues a request that
 failed once in a cycle is not re-evaluated for identical jobs behind it (nothing frees quota
 during this step), which keeps a cycle linear even when thousands of jobs cannot fit.
@@ -22,9 +24,10 @@ from tessera.admission.domain.queueing.decisions import (
     Wait,
     WaitReason,
 )
-from tessera.admission.domain.queueing.flavors import FitMode, assign_flavors
+from tessera.admission.domain.queueing.flavors import FitMode, assign_flavors, fits
 from tessera.admission.domain.queueing.model import (
     AdmittedWorkload,
+    DrainingVictim,
     InFlightPreemption,
     QueueingStrategy,
     Workload,
@@ -71,7 +74,8 @@ class AdmissionCycle:
             self.engine.fair_share.sample(self.now)
 
     def _finish_preemptions(self) -> None:
-        """Admit preemptors whose victims are gone (or overdue); their quota is already reserved."""
+        """Admit preemptors whose victims are gone (or overdue), ahead of every queue head.
+        Their quota has been reserved since preemption was requested."""
         engine = self.engine
         inflight = engine.inflight_preemptions()
         for name, record in sorted(inflight.items(), key=lambda kv: (kv[1].requested_at, kv[0])):
@@ -83,9 +87,12 @@ class AdmissionCycle:
                 continue
             for victim_name in remaining:
                 victim = engine.admitted(victim_name)
+                draining = engine.draining(victim_name)
                 engine.release(victim_name)
                 self.decisions.append(
-                    Preempt(victim_name, victim.queue, name, record.reasons[victim_name], 0.0, self.now, True)
+                    Preempt(
+                        victim_name, victim.queue, draining.preemptor, draining.reason, 0.0, self.now, True
+                    )
                 )
             if self.oracle is not None:
                 placement = self.oracle.try_place(workload, record.flavors)
@@ -95,13 +102,14 @@ class AdmissionCycle:
                     continue
                 self.oracle.commit(placement)
             del inflight[name]
-            self._admit(workload, record.flavors, record.usage, borrows=False, reserved=True)
+            borrows = any(engine.tree.is_borrowing(workload.queue, fr) for fr in record.usage)
+            self._admit(workload, record.flavors, record.usage, borrows, reserved=True)
 
     def _admit_heads(self) -> None:
         engine = self.engine
         pending = engine.pending_entries()
         cursors = dict.fromkeys(pending, 0)
-        heap: list[tuple[tuple[float, int, float, int], str]] = []
+        heap: list[tuple[tuple[bool, float, int, float, int], str]] = []
         failed: dict[str, dict[Signature, tuple[WaitReason, str]]] = {q: {} for q in pending}
 
         def push_next(queue: str) -> None:
@@ -118,7 +126,8 @@ class AdmissionCycle:
             cursors[queue] = i
             if i < len(entries):
                 (neg_priority, created_at, seq), _ = entries[i]
-                heapq.heappush(heap, ((self._share(queue), neg_priority, created_at, seq), queue))
+                key = (self._borrowing(queue), self._share(queue), neg_priority, created_at, seq)
+                heapq.heappush(heap, (key, queue))
 
         for queue in pending:
             push_next(queue)
@@ -157,13 +166,19 @@ class AdmissionCycle:
             return None
         if assignment.mode is FitMode.NO_FIT:
             return self._wait(workload, WaitReason.NO_MATCHING_FLAVOR, assignment.message)
-        if self.searches_left[workload.queue] <= 0:
-            return self._wait(
-                workload, WaitReason.QUOTA_EXHAUSTED, "no unused quota; preemption search deferred"
+        with engine.projected(workload.queue):
+            if fits(engine.tree, workload.queue, assignment.usage, allow_borrowing=True):
+                # It fits once victims already on their way out have left: wait for them.
+                draining = engine.draining_in_cohort(workload.queue, set(assignment.usage))
+                if draining:
+                    return self._reserve(workload, assignment.flavors, assignment.usage, draining, [])
+            if self.searches_left[workload.queue] <= 0:
+                return self._wait(
+                    workload, WaitReason.QUOTA_EXHAUSTED, "no unused quota; preemption search deferred"
+                )
+            targets = find_victims(
+                engine.tree, spec, workload, assignment.usage, engine.cohort_admitted(workload.queue)
             )
-        targets = find_victims(
-            engine.tree, spec, workload, assignment.usage, engine.cohort_admitted(workload.queue)
-        )
         if not targets:
             self.searches_left[workload.queue] = 0
             return self._wait(
@@ -171,31 +186,41 @@ class AdmissionCycle:
             )
         self.searches_left[workload.queue] -= 1
         timing = engine.config.timing
-        graces = []
-        for target in targets:
-            victim = target.victim
-            graces.append(
-                timing.checkpoint_grace_s if victim.workload.checkpointable else timing.default_grace_s
-            )
+        graces = [
+            timing.checkpoint_grace_s if t.victim.workload.checkpointable else timing.default_grace_s
+            for t in targets
+        ]
+        # Every victim of one preemptor shares one deadline: the longest grace plus the timeout.
         deadline = self.now + max(graces) + timing.release_timeout_s
         for target, grace in zip(targets, graces, strict=True):
+            victim = target.victim
             self.decisions.append(
-                Preempt(
-                    target.victim.name, target.victim.queue, workload.name, target.reason, grace, deadline
-                )
+                Preempt(victim.name, victim.queue, workload.name, target.reason, grace, deadline)
             )
+        new_victims = [DrainingVictim(t.victim.name, workload.name, t.reason, deadline) for t in targets]
+        return self._reserve(workload, assignment.flavors, assignment.usage, new_victims, new_victims)
+
+    def _reserve(
+        self,
+        workload: Workload,
+        flavors: tuple[str, ...],
+        usage: dict[FlavorResource, int],
+        waits_for: list[DrainingVictim],
+        new_victims: list[DrainingVictim],
+    ) -> _Outcome:
         record = InFlightPreemption(
             workload.name,
-            tuple(t.victim.name for t in targets),
+            tuple(d.victim for d in waits_for),
             self.now,
-            deadline,
-            {t.victim.name: t.reason for t in targets},
-            assignment.flavors,
-            assignment.usage,
+            max(d.deadline for d in waits_for),
+            flavors,
+            usage,
         )
-        engine.reserve_for_preemptor(record, workload.queue)
-        victims = ", ".join(t.victim.name for t in targets)
-        return self._wait(workload, WaitReason.WAITING_FOR_VICTIMS, f"preempting {victims}")
+        self.engine.reserve_for_preemptor(record, workload.queue, new_victims)
+        verb = "preempting" if new_victims else "waiting for"
+        return self._wait(
+            workload, WaitReason.WAITING_FOR_VICTIMS, f"{verb} {', '.join(d.victim for d in waits_for)}"
+        )
 
     def _admit(
         self,
@@ -223,6 +248,10 @@ class AdmissionCycle:
                 continue
             self.handled.add(name)
             self._wait(self.engine.workload(name), WaitReason.BLOCKED_BY_HEAD, f"strict FIFO: behind {head}")
+
+    def _borrowing(self, queue: str) -> bool:
+        tree = self.engine.tree
+        return any(tree.is_borrowing(queue, fr) for fr in self.engine.config.queues[queue].quotas)
 
     def _share(self, queue: str) -> float:
         engine = self.engine

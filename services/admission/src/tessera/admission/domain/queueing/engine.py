@@ -10,15 +10,22 @@ calls `unadmit` to give the quota back and requeue the job.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 from tessera.admission.domain.queueing.config import QueueingConfig
 from tessera.admission.domain.queueing.cycle import AdmissionCycle
 from tessera.admission.domain.queueing.decisions import CycleResult, WaitReason
 from tessera.admission.domain.queueing.errors import QueueingValidationError, UnknownWorkload
 from tessera.admission.domain.queueing.fair_share import FairShareTracker
-from tessera.admission.domain.queueing.model import AdmittedWorkload, InFlightPreemption, Workload
+from tessera.admission.domain.queueing.model import (
+    AdmittedWorkload,
+    DrainingVictim,
+    InFlightPreemption,
+    Workload,
+)
 from tessera.admission.domain.queueing.quota import QuotaTree
+from tessera.admission.domain.queueing.resources import FlavorResource, add_into
 from tessera.admission.domain.queueing.shape import ShapeOracle
 from tessera.admission.domain.queueing.validation import validate_workload
 
@@ -37,8 +44,12 @@ class QueueingEngine:
         self._pending: dict[str, list[tuple[PendingKey, str]]] = {q: [] for q in config.queues}
         self._workloads: dict[str, Workload] = {}
         self._admitted: dict[str, AdmittedWorkload] = {}
-        self._admitted_by_root: dict[str, dict[str, AdmittedWorkload]] = {}
+        # cohort root -> queue -> job -> admitted, so preemption looks only where it may.
+        self._admitted_by_root: dict[str, dict[str, dict[str, AdmittedWorkload]]] = {}
         self._inflight: dict[str, InFlightPreemption] = {}
+        self._draining: dict[str, DrainingVictim] = {}
+        # cohort root -> queue -> what its draining victims still hold (for the projected view)
+        self._draining_usage: dict[str, dict[str, dict[FlavorResource, int]]] = {}
         self._last_wait: dict[str, tuple[WaitReason, str]] = {}
 
     # ---- feeding the engine ----------------------------------------------------------------------
@@ -69,9 +80,11 @@ class QueueingEngine:
         admitted = self._admitted.pop(name, None)
         if admitted is None:
             raise UnknownWorkload(name)
-        if not admitted.being_preempted:
-            self.tree.remove_usage(admitted.queue, admitted.usage)
-        del self._admitted_by_root[self.tree.root_of(admitted.queue)][name]
+        self.tree.remove_usage(admitted.queue, admitted.usage)
+        if self._draining.pop(name, None) is not None:
+            held = self._draining_usage[self.tree.root_of(admitted.queue)][admitted.queue]
+            add_into(held, admitted.usage, sign=-1)
+        del self._admitted_by_root[self.tree.root_of(admitted.queue)][admitted.queue][name]
 
     def cancel(self, name: str) -> None:
         """Drop a queued job (or release an admitted one)."""
@@ -136,17 +149,22 @@ class QueueingEngine:
         self._workloads.pop(name, None)
         self._last_wait.pop(name, None)
         self._admitted[name] = admitted
-        self._admitted_by_root.setdefault(self.tree.root_of(admitted.queue), {})[name] = admitted
+        by_queue = self._admitted_by_root.setdefault(self.tree.root_of(admitted.queue), {})
+        by_queue.setdefault(admitted.queue, {})[name] = admitted
         if not reserved:
             self.tree.add_usage(admitted.queue, admitted.usage)
 
-    def reserve_for_preemptor(self, record: InFlightPreemption, queue: str) -> None:
-        """Hand the victims' quota to the preemptor now, so no one else takes it meanwhile and
-        no other preemptor counts the same victims twice."""
-        for victim_name in record.victims:
-            victim = self._admitted[victim_name]
+    def reserve_for_preemptor(
+        self, record: InFlightPreemption, queue: str, new_victims: list[DrainingVictim]
+    ) -> None:
+        """Hold quota for a preemptor from now on, on top of its victims' until they leave: the
+        room they free cannot go to anyone else, and nothing is admitted before it is free."""
+        for draining in new_victims:
+            victim = self._admitted[draining.victim]
             victim.being_preempted = True
-            self.tree.remove_usage(victim.queue, victim.usage)
+            self._draining[draining.victim] = draining
+            by_queue = self._draining_usage.setdefault(self.tree.root_of(victim.queue), {})
+            add_into(by_queue.setdefault(victim.queue, {}), victim.usage)
         self.tree.add_usage(queue, record.usage)
         self._inflight[record.preemptor] = record
 
@@ -154,8 +172,36 @@ class QueueingEngine:
         record = self._inflight.pop(preemptor)
         self.tree.remove_usage(queue, record.usage)
 
-    def cohort_admitted(self, queue: str) -> Iterable[AdmittedWorkload]:
-        return self._admitted_by_root.get(self.tree.root_of(queue), {}).values()
+    def draining(self, victim: str) -> DrainingVictim:
+        return self._draining[victim]
+
+    def draining_in_cohort(self, queue: str, needed: set[FlavorResource]) -> list[DrainingVictim]:
+        root = self.tree.root_of(queue)
+        if not self._draining_usage.get(root):
+            return []
+        return [
+            d
+            for d in self._draining.values()
+            if self.tree.root_of(self._admitted[d.victim].queue) == root
+            and not needed.isdisjoint(self._admitted[d.victim].usage)
+        ]
+
+    @contextmanager
+    def projected(self, queue: str) -> Iterator[None]:
+        """`queue`'s cohort tree as it will be once every draining victim has left: preemption
+        decides on this view, so two preemptors never count on the same victims."""
+        held = self._draining_usage.get(self.tree.root_of(queue), {})
+        for victim_queue, usage in held.items():
+            self.tree.remove_usage(victim_queue, usage)
+        try:
+            yield
+        finally:
+            for victim_queue, usage in held.items():
+                self.tree.add_usage(victim_queue, usage)
+
+    def cohort_admitted(self, queue: str) -> Mapping[str, Mapping[str, AdmittedWorkload]]:
+        """Admitted workloads of every queue in `queue`'s cohort tree, by queue."""
+        return self._admitted_by_root.get(self.tree.root_of(queue), {})
 
     def pending_entries(self) -> dict[str, list[tuple[PendingKey, str]]]:
         return self._pending

@@ -154,7 +154,7 @@ class PodGroup:
         return {res: qty * self.count for res, qty in self.requests.items() if qty}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Workload:
     """One job as the queueing domain sees it; `created_at` orders FIFO (seconds, any epoch)."""
 
@@ -166,7 +166,7 @@ class Workload:
     preemptible: bool = True
     checkpointable: bool = False
 
-    @property
+    @cached_property
     def pod_count(self) -> int:
         return sum(g.count for g in self.pod_groups)
 
@@ -180,7 +180,7 @@ class AdmittedWorkload:
     usage: dict[FlavorResource, int]
     admitted_at: float
     being_preempted: bool = False
-    """Its quota has already been handed to a preemptor; it is only waiting to be evicted."""
+    """A preemptor has asked for its eviction; it holds its quota until it reports released."""
 
     @property
     def name(self) -> str:
@@ -199,7 +199,16 @@ class InFlightPreemption:
     victims: tuple[str, ...]
     requested_at: float
     deadline: float
-    reasons: dict[str, PreemptionReason]
     flavors: tuple[str, ...]
     usage: dict[FlavorResource, int]
-    """Quota reserved for the preemptor in place of its victims' until it is admitted."""
+    """Quota reserved for the preemptor until it is admitted (counted on top of the victims')."""
+
+
+@dataclass(frozen=True, slots=True)
+class DrainingVictim:
+    """An admitted workload asked to leave: by whom, why, and by when."""
+
+    victim: str
+    preemptor: str
+    reason: PreemptionReason
+    deadline: float

@@ -13,7 +13,7 @@ no victim can be spared. Two attempts are made:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tessera.admission.domain.queueing.decisions import PreemptionReason
@@ -54,61 +54,57 @@ def find_victims(
     queue: QueueSpec,
     preemptor: Workload,
     usage: dict[FlavorResource, int],
-    admitted: Iterable[AdmittedWorkload],
+    admitted: Mapping[str, Mapping[str, AdmittedWorkload]],
 ) -> list[Target] | None:
-    """The victims to evict so `preemptor` fits with `usage`, or None when no set will do."""
+    """The victims to evict so `preemptor` fits with `usage`, or None when no set will do.
+
+    `admitted` holds the admitted workloads of the cohort tree, by queue."""
     needed = set(usage)
-    overlapping = [
-        c
-        for c in admitted
-        if c.workload.preemptible and not c.being_preempted and not needed.isdisjoint(c.usage)
-    ]
-    overlapping.sort(key=lambda c: victim_order_key(queue.name, c))
     policy = queue.preemption
     priority = preemptor.priority
-
-    same_queue = [
-        Target(c, PreemptionReason.WITHIN_QUEUE_PRIORITY)
-        for c in overlapping
-        if c.queue == queue.name
-        and policy.within_queue is WithinQueuePolicy.LOWER_PRIORITY
-        and c.workload.priority < priority
-    ]
-    reclaim = [
-        Target(c, PreemptionReason.RECLAIM_WITHIN_COHORT)
-        for c in overlapping
-        if c.queue != queue.name
-        and (
-            policy.reclaim_within_cohort is ReclaimPolicy.ANY
-            or (
-                policy.reclaim_within_cohort is ReclaimPolicy.LOWER_PRIORITY
-                and c.workload.priority < priority
-            )
-        )
-    ]
-    attempts: list[tuple[list[Target], bool]] = [(_merge(queue.name, reclaim, same_queue), False)]
+    within = policy.within_queue is WithinQueuePolicy.LOWER_PRIORITY
+    reclaim = policy.reclaim_within_cohort
     borrow = policy.borrow_within_cohort
+    threshold = borrow.max_priority_threshold
+    nominal: list[Target] = []
+    while_borrowing: list[Target] = []
+    for queue_name, members in admitted.items():
+        own = queue_name == queue.name
+        if own and not within:
+            continue
+        # Other queues are only reclaimed from while they borrow what the preemptor needs.
+        if not own and not any(tree.is_borrowing(queue_name, fr) for fr in needed):
+            continue
+        for c in members.values():
+            workload = c.workload
+            if not workload.preemptible or c.being_preempted or needed.isdisjoint(c.usage):
+                continue
+            victim_priority = workload.priority
+            if own:
+                if victim_priority < priority:
+                    target = Target(c, PreemptionReason.WITHIN_QUEUE_PRIORITY)
+                    nominal.append(target)
+                    while_borrowing.append(target)
+                continue
+            if reclaim is ReclaimPolicy.ANY or (
+                reclaim is ReclaimPolicy.LOWER_PRIORITY and victim_priority < priority
+            ):
+                nominal.append(Target(c, PreemptionReason.RECLAIM_WITHIN_COHORT))
+            if (
+                borrow.enabled
+                and victim_priority < priority
+                and (threshold is None or victim_priority <= threshold)
+            ):
+                while_borrowing.append(Target(c, PreemptionReason.BORROW_WITHIN_COHORT))
+    attempts = [(nominal, False)]
     if borrow.enabled:
-        threshold = borrow.max_priority_threshold
-        borrowers = [
-            Target(c, PreemptionReason.BORROW_WITHIN_COHORT)
-            for c in overlapping
-            if c.queue != queue.name
-            and c.workload.priority < priority
-            and (threshold is None or c.workload.priority <= threshold)
-        ]
-        attempts.append((_merge(queue.name, borrowers, same_queue), True))
+        attempts.append((while_borrowing, True))
     for candidates, allow_borrowing in attempts:
+        candidates.sort(key=lambda t: victim_order_key(queue.name, t.victim))
         targets = _minimal_set(tree, queue.name, usage, needed, candidates, allow_borrowing)
         if targets is not None:
             return targets
     return None
-
-
-def _merge(queue: str, others: list[Target], same: list[Target]) -> list[Target]:
-    merged = others + same
-    merged.sort(key=lambda t: victim_order_key(queue, t.victim))
-    return merged
 
 
 def _minimal_set(

@@ -3,10 +3,13 @@ order across queues, and topology-aware holding."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from tessera.admission.domain.queueing import (
     Admit,
+    Decision,
     FairSharing,
     FreeShapeOracle,
     NodeFree,
@@ -24,7 +27,7 @@ def engine_of(*queues: QueueSpec, fair: FairSharing | None = None) -> QueueingEn
     return QueueingEngine(config)
 
 
-def admitted(decisions: list[object]) -> list[str]:
+def admitted(decisions: Sequence[Decision]) -> list[str]:
     return [d.job for d in decisions if isinstance(d, Admit)]
 
 
@@ -221,9 +224,9 @@ def test_a_cycle_evaluates_each_job_at_most_once_and_skips_repeats_that_failed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from tessera.admission.domain.queueing import cycle
+    from tessera.admission.domain.queueing.flavors import assign_flavors as real
 
     calls = 0
-    real = cycle.assign_flavors
 
     def counting(*args: object) -> object:
         nonlocal calls

@@ -3,10 +3,13 @@ borrowing while preempting with a priority threshold, release and deadlines."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from tessera.admission.domain.queueing import (
     Admit,
+    Decision,
     Preempt,
     PreemptionReason,
     PreemptionTiming,
@@ -27,11 +30,11 @@ def engine_of(*queues: QueueSpec) -> QueueingEngine:
     return QueueingEngine(QueueingConfig.build(flavors=["a100"], queues=queues, timing=TIMING))
 
 
-def preempts(decisions: list[object]) -> list[Preempt]:
+def preempts(decisions: Sequence[Decision]) -> list[Preempt]:
     return [d for d in decisions if isinstance(d, Preempt)]
 
 
-def admits(decisions: list[object]) -> list[str]:
+def admits(decisions: Sequence[Decision]) -> list[str]:
     return [d.job for d in decisions if isinstance(d, Admit)]
 
 

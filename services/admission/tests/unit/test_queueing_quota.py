@@ -8,6 +8,7 @@ from tessera.admission.domain.queueing import (
     Admit,
     CohortSpec,
     FlavorQuotas,
+    PriorityClass,
     QueueingConfig,
     QueueingEngine,
     QueueingValidationError,
@@ -51,8 +52,8 @@ def test_nominal_and_borrowed_admission(
     expected_borrows: list[bool],
 ) -> None:
     engine = engine_of(
-        a_queue("a").cohort("c").nominal(gpu=8, **a_limits).build(),
-        a_queue("b").cohort("c").nominal(gpu=8, **b_limits).build(),
+        a_queue("a").cohort("c").nominal(gpu=8, **a_limits).build(),  # type: ignore[arg-type]
+        a_queue("b").cohort("c").nominal(gpu=8, **b_limits).build(),  # type: ignore[arg-type]
     )
     for i, gpus in enumerate(a_jobs):
         engine.submit(a_job(f"j{i}").queue("a").gpus(gpus).at(i).build())
@@ -235,3 +236,28 @@ def test_quota_tree_reports_borrowing_per_flavor() -> None:
     assert tree.available("b", ("a100", "gpu")) == 1
     tree.remove_usage("a", {("a100", "gpu"): 3})
     assert tree.available("b", ("a100", "gpu")) == 4
+
+
+def test_tenants_and_priority_classes_resolve_or_name_the_field() -> None:
+    config = QueueingConfig.build(
+        flavors=FLAVORS,
+        queues=[_queue("research")],
+        tenant_queues=[TenantQueue("vision-team", "research")],
+        priority_classes=[PriorityClass("batch", 10), PriorityClass("prod", 1000)],
+    )
+    assert config.queue_for_tenant("vision-team") == "research"
+    assert config.priority_of("prod") == 1000
+    with pytest.raises(QueueingValidationError) as tenant_err:
+        config.queue_for_tenant("nobody")
+    assert tenant_err.value.field == "tenant"
+    with pytest.raises(QueueingValidationError) as class_err:
+        config.priority_of("urgent")
+    assert class_err.value.field == "priority_class"
+
+
+def test_the_same_job_name_cannot_be_queued_twice() -> None:
+    engine = engine_of(a_queue("a").nominal(gpu=4).build())
+    engine.submit(a_job("j").queue("a").gpus(1).build())
+    with pytest.raises(QueueingValidationError) as err:
+        engine.submit(a_job("j").queue("a").gpus(1).build())
+    assert err.value.field == "name"

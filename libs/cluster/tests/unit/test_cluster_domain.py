@@ -119,3 +119,14 @@ def test_bad_quantities_name_the_field() -> None:
     with pytest.raises(ValueError, match="whole number"):
         count("1.5", "nvidia.com/gpu")
     assert parse_quantity("100n") == Decimal("1.00E-7")
+
+
+def test_snapshot_values_are_hashable_and_equal_values_hash_alike() -> None:
+    from tessera.cluster.domain import Pod, PodRequirements
+
+    a = Node("n", 1, 1, labels={"x": "1"}, resource_version="3")
+    b = Node("n", 1, 1, labels={"x": "1"}, resource_version="3")
+    assert a == b and hash(a) == hash(b)
+    assert len({a, b}) == 1
+    p = Pod("ns", "p", PodRequirements(node_selector={"a": "b"}), labels={"k": "v"})
+    assert hash(p) == hash(Pod("ns", "p", PodRequirements(node_selector={"a": "b"}), labels={"k": "v"}))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
 from typing import Any, Self
 
+from tessera.cluster.domain.allocation import Allocation
 from tessera.cluster.domain.node import Node
 from tessera.cluster.domain.requirements import Pod, PodGroup
 from tessera.cluster.port import Cluster, PodSelector
@@ -22,9 +23,23 @@ class ClusterSnapshot:
     nodes: Mapping[str, Node]
     pods: Mapping[str, Pod]
     pod_groups: Mapping[str, PodGroup]
+    bound_pods: Mapping[str, Pod] = field(default_factory=dict)
 
     def pods_in_group(self, namespace: str, group: str) -> tuple[Pod, ...]:
+        """Pending members of a gang."""
         return tuple(p for p in self.pods.values() if p.namespace == namespace and p.pod_group == group)
+
+    def pods_on(self, node: str) -> tuple[Pod, ...]:
+        """Pods that hold resources on a node."""
+        return tuple(p for p in self.bound_pods.values() if p.node_name == node)
+
+    def allocations_on(self, node: str) -> tuple[Allocation, ...]:
+        """The device assignments Tessera wrote for the pods on a node."""
+        return tuple(
+            Allocation(p.namespace, p.name, p.assignment)
+            for p in self.pods_on(node)
+            if p.assignment is not None and p.assignment.node == node
+        )
 
 
 def pod_key(pod: Pod) -> str:
@@ -32,7 +47,9 @@ def pod_key(pod: Pod) -> str:
 
 
 class ClusterCache:
-    """Watches the cluster: all nodes, the pods of ``pod_selector`` and the PodGroups of a namespace.
+    """Watches the cluster: all nodes, the pods of ``pod_selector`` (default: pending for Tessera),
+    the pods holding resources on nodes (``bound_pods``, off with ``track_bound=False``) and the
+    PodGroups of a namespace.
 
     Use as an async context manager (``async with ClusterCache(cluster) as cache``), which returns
     once every reflector has listed.
@@ -44,6 +61,7 @@ class ClusterCache:
         *,
         pod_selector: PodSelector | None = None,
         namespace: str | None = None,
+        track_bound: bool = True,
     ) -> None:
         selector = pod_selector if pod_selector is not None else PodSelector.pending_for(namespace=namespace)
         self.nodes: Reflector[Node] = Reflector(
@@ -61,11 +79,23 @@ class ClusterCache:
             lambda rv: cluster.watch_pod_groups(rv, namespace),
             key=lambda group: group.key,
         )
+        bound = PodSelector.holding_resources(namespace)
+        self.bound_pods: Reflector[Pod] | None = (
+            Reflector(
+                "bound-pods",
+                lambda: cluster.list_pods(bound),
+                lambda rv: cluster.watch_pods(rv, bound),
+                key=pod_key,
+            )
+            if track_bound
+            else None
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def reflectors(self) -> tuple[Reflector[Any], ...]:
-        return (self.nodes, self.pods, self.pod_groups)
+        extra = (self.bound_pods,) if self.bound_pods is not None else ()
+        return (self.nodes, self.pods, self.pod_groups, *extra)
 
     async def start(self, timeout: float = 30.0) -> None:
         self._tasks = [asyncio.create_task(r.run(), name=f"reflector-{r.name}") for r in self.reflectors]
@@ -85,6 +115,7 @@ class ClusterCache:
             nodes=MappingProxyType(dict(self.nodes.store)),
             pods=MappingProxyType(dict(self.pods.store)),
             pod_groups=MappingProxyType(dict(self.pod_groups.store)),
+            bound_pods=MappingProxyType(dict(self.bound_pods.store) if self.bound_pods is not None else {}),
         )
 
     async def __aenter__(self) -> Self:

@@ -110,6 +110,8 @@ async def pending_pods_are_selected_by_scheduler_and_node(h: ClusterHarness) -> 
     assert [p.name for p in only_default.items] == ["a"]
     on_node = await h.cluster.list_pods(PodSelector(node_name="gpu-a"))
     assert [p.name for p in on_node.items] == ["b"]
+    assigned = await h.cluster.list_pods(PodSelector.holding_resources())
+    assert [p.name for p in assigned.items] == ["b"]
     stream = h.cluster.watch_pods(listing.resource_version, PodSelector.pending_for())
     try:
         await h.add_pod(_pending("e"))
@@ -298,8 +300,15 @@ async def the_cache_snapshot_follows_the_cluster(h: ClusterHarness) -> None:
         await h.add_pod(PodManifest("m1").scheduler().group("gang").gpus(4).obj())
         await cache.pods.wait_for(lambda store: len(store) == 2, WAIT)
         snapshot = cache.snapshot()
-        await h.cluster.bind(PodRef("default", "m0"), "gpu-s")
+        assignment = DeviceAssignment("gpu-s", tuple(GpuShare(f"GPU-gpu-s-{i}") for i in range(4)))
+        await h.cluster.bind(PodRef("default", "m0"), "gpu-s", assignment)
         await cache.pods.wait_for(lambda store: "default/m0" not in store, WAIT)
+        assert cache.bound_pods is not None
+        await cache.bound_pods.wait_for(lambda store: "default/m0" in store, WAIT)
+        after = cache.snapshot()
+    assert [a.pod for a in after.allocations_on("gpu-s")] == ["m0"]
+    assert after.allocations_on("gpu-s")[0].assignment == assignment
+    assert set(after.pods) == {"default/m1"}
     assert set(snapshot.nodes) == {"gpu-s"}
     assert [p.name for p in sorted(snapshot.pods_in_group("default", "gang"), key=lambda p: p.name)] == [
         "m0",

@@ -76,21 +76,34 @@ class Listing(Generic[T_co]):
 
 @dataclass(frozen=True, slots=True)
 class PodSelector:
-    """Which pods to list or watch. ``unassigned`` means no nodeName yet (`spec.nodeName=`)."""
+    """Which pods to list or watch, as field and label selectors the API server evaluates.
+
+    ``unassigned``: no node yet (``spec.nodeName=``); ``assigned``: on some node (``spec.nodeName!=``);
+    ``exclude_terminated``: not Succeeded or Failed (``status.phase!=…``), i.e. still holding resources.
+    """
 
     namespace: str | None = None
     scheduler_name: str | None = None
     unassigned: bool = False
+    assigned: bool = False
     node_name: str | None = None
+    exclude_terminated: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if sum((self.unassigned, self.assigned, self.node_name is not None)) > 1:
+            raise ValueError("pod selector: choose one of unassigned, assigned and node_name")
+        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
 
     @classmethod
     def pending_for(cls, scheduler_name: str = SCHEDULER_NAME, namespace: str | None = None) -> PodSelector:
         """Pods waiting for our scheduler: ``spec.schedulerName=<name>,spec.nodeName=``."""
         return cls(namespace=namespace, scheduler_name=scheduler_name, unassigned=True)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+    @classmethod
+    def holding_resources(cls, namespace: str | None = None) -> PodSelector:
+        """Pods of any scheduler that are on a node and not finished: what node capacity is spent on."""
+        return cls(namespace=namespace, assigned=True, exclude_terminated=True)
 
     def field_selector(self) -> str | None:
         parts = []
@@ -98,8 +111,12 @@ class PodSelector:
             parts.append(f"spec.schedulerName={self.scheduler_name}")
         if self.unassigned:
             parts.append("spec.nodeName=")
+        elif self.assigned:
+            parts.append("spec.nodeName!=")
         elif self.node_name is not None:
             parts.append(f"spec.nodeName={self.node_name}")
+        if self.exclude_terminated:
+            parts += ["status.phase!=Succeeded", "status.phase!=Failed"]
         return ",".join(parts) or None
 
     def label_selector(self) -> str | None:
@@ -112,7 +129,11 @@ class PodSelector:
             return False
         if self.unassigned and pod.node_name:
             return False
-        if self.node_name is not None and not self.unassigned and pod.node_name != self.node_name:
+        if self.assigned and not pod.node_name:
+            return False
+        if self.node_name is not None and pod.node_name != self.node_name:
+            return False
+        if self.exclude_terminated and pod.terminated:
             return False
         return all(pod.labels.get(k) == v for k, v in self.labels.items())
 

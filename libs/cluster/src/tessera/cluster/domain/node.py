@@ -106,6 +106,10 @@ class Node:
         object.__setattr__(self, "annotations", MappingProxyType(dict(self.annotations)))
         object.__setattr__(self, "extended_allocatable", MappingProxyType(dict(self.extended_allocatable)))
 
+    def __hash__(self) -> int:
+        # Equal nodes share name and version; the read-only mappings themselves are not hashable.
+        return hash((self.name, self.resource_version, self.gpus))
+
     @property
     def gpu_count(self) -> int:
         return len(self.gpus)

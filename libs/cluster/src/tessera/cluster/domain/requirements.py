@@ -89,6 +89,9 @@ class PodRequirements:
             raise ValueError(f"pod.memory_mib: must be >= 0, got {self.memory_mib}")
         object.__setattr__(self, "node_selector", MappingProxyType(dict(self.node_selector)))
 
+    def __hash__(self) -> int:
+        return hash((self.cpu_milli, self.memory_mib, self.gpu, self.tolerations, self.priority))
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class PodRef:
@@ -144,6 +147,9 @@ class Pod:
             raise ValueError("pod.name: must not be empty")
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
         object.__setattr__(self, "annotations", MappingProxyType(dict(self.annotations)))
+
+    def __hash__(self) -> int:
+        return hash((self.namespace, self.name, self.resource_version, self.node_name))
 
     @property
     def ref(self) -> PodRef:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from math import comb
 
 # Past this many candidate sets, best_gpu_set grows a set greedily instead of trying them all.
 _EXHAUSTIVE_LIMIT = 5000
+_MEMO_LIMIT = 4096
 
 
 class Link(StrEnum):
@@ -58,6 +60,8 @@ class InterconnectMatrix:
     """A symmetric n-by-n matrix of links between the GPUs of one node, indexed by GPU index."""
 
     links: tuple[tuple[Link, ...], ...]
+    _costs: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
+    _memo: dict[tuple[int, tuple[int, ...]], tuple[int, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         size = len(self.links)
@@ -71,6 +75,9 @@ class InterconnectMatrix:
                     raise ValueError(f"interconnect.links[{i}][{j}]: only the diagonal may be 'X'")
                 if self.links[j][i] is not link:
                     raise ValueError(f"interconnect.links[{i}][{j}]: matrix is not symmetric")
+        object.__setattr__(self, "_costs", tuple(tuple(link.cost for link in row) for row in self.links))
+        # Schedulers ask the same question of the same node over and over: remember the answers.
+        object.__setattr__(self, "_memo", {})
 
     @property
     def size(self) -> int:
@@ -90,13 +97,14 @@ class InterconnectMatrix:
 
     def set_cost(self, gpus: Iterable[int]) -> tuple[int, int]:
         """(worst pairwise link cost, total pairwise cost) of a GPU set; lower is better."""
-        members = list(gpus)
+        costs = self._costs
         worst = 0
         total = 0
-        for a, b in itertools.combinations(members, 2):
-            cost = self.links[a][b].cost
+        for a, b in itertools.combinations(list(gpus), 2):
+            cost = costs[a][b]
             total += cost
-            worst = max(worst, cost)
+            if cost > worst:
+                worst = cost
         return worst, total
 
     def best_gpu_set(self, k: int, candidates: Iterable[int] | None = None) -> tuple[int, ...] | None:
@@ -115,28 +123,39 @@ class InterconnectMatrix:
             return None
         if k == 1 or k == len(pool):
             return tuple(pool[:k])
-        if _combinations_count(len(pool), k) <= _EXHAUSTIVE_LIMIT:
-            best = min(itertools.combinations(pool, k), key=lambda combo: (self.set_cost(combo), combo))
-            return tuple(best)
-        return self._greedy_set(k, pool)
+        memo_key = (k, tuple(pool))
+        cached = self._memo.get(memo_key)
+        if cached is not None:
+            return cached
+        if len({self._costs[a][b] for a, b in itertools.combinations(pool, 2)}) == 1:
+            chosen = tuple(pool[:k])  # every pair is alike (an NVSwitch board): any k will do
+        elif comb(len(pool), k) <= _EXHAUSTIVE_LIMIT:
+            chosen = min(itertools.combinations(pool, k), key=lambda combo: (self.set_cost(combo), combo))
+        else:
+            chosen = self._greedy_set(k, pool)
+        if len(self._memo) >= _MEMO_LIMIT:
+            self._memo.clear()
+        self._memo[memo_key] = chosen
+        return chosen
 
     def _greedy_set(self, k: int, pool: list[int]) -> tuple[int, ...]:
+        """Grow a set from each seed, adding the GPU that raises (worst, total) least; keep the best."""
+        costs = self._costs
         best: tuple[tuple[int, int], tuple[int, ...]] | None = None
         for seed in pool:
             chosen = [seed]
+            worst, total = 0, 0
             rest = [g for g in pool if g != seed]
             while len(chosen) < k:
-                nxt = min(rest, key=lambda g: (self.set_cost([*chosen, g]), g))
+                step = min(
+                    (max(worst, *(costs[g][c] for c in chosen)), total + sum(costs[g][c] for c in chosen), g)
+                    for g in rest
+                )
+                worst, total, nxt = step
                 chosen.append(nxt)
                 rest.remove(nxt)
-            key = (self.set_cost(chosen), tuple(sorted(chosen)))
+            key = ((worst, total), tuple(sorted(chosen)))
             if best is None or key < best:
                 best = key
         assert best is not None
         return best[1]
-
-
-def _combinations_count(n: int, k: int) -> int:
-    from math import comb
-
-    return comb(n, k)

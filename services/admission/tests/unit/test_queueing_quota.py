@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from tessera.admission.domain.queueing import (
     Admit,
     CohortSpec,
+    Decision,
     FlavorQuotas,
+    Preempt,
     PriorityClass,
     QueueingConfig,
     QueueingEngine,
@@ -25,6 +29,10 @@ FLAVORS = ("a100", "t4")
 
 def engine_of(*queues: QueueSpec, cohorts: tuple[CohortSpec, ...] = ()) -> QueueingEngine:
     return QueueingEngine(QueueingConfig.build(flavors=FLAVORS, queues=queues, cohorts=cohorts))
+
+
+def admitted_names_of(decisions: Sequence[Decision]) -> list[str]:
+    return [d.job for d in decisions if isinstance(d, Admit)]
 
 
 def admitted_names(engine: QueueingEngine, now: float = 0.0) -> list[str]:
@@ -261,3 +269,30 @@ def test_the_same_job_name_cannot_be_queued_twice() -> None:
     with pytest.raises(QueueingValidationError) as err:
         engine.submit(a_job("j").queue("a").gpus(1).build())
     assert err.value.field == "name"
+
+
+def test_state_rebuilt_after_a_restart_holds_the_same_quota() -> None:
+    engine = engine_of(
+        a_queue("a").cohort("c").nominal(gpu=4).build(), a_queue("b").cohort("c").nominal(gpu=4).build()
+    )
+    engine.restore_admitted(a_job("old").queue("a").gpus(3, pods=2).build(), ("a100",), admitted_at=5.0)
+    assert engine.tree.available("b", ("a100", "gpu")) == 2
+    engine.submit(a_job("fits").queue("b").gpus(2).build())
+    engine.submit(a_job("reclaims").queue("b").gpus(2).at(1.0).build())
+    result = engine.run_cycle(6.0)
+    assert admitted_names_of(result.decisions) == ["fits"]
+    assert result.waits == {"reclaims": WaitReason.WAITING_FOR_VICTIMS}
+    assert [d.victim for d in result.decisions if isinstance(d, Preempt)] == ["old"]
+    with pytest.raises(QueueingValidationError) as err:
+        engine.restore_admitted(a_job("x").queue("a").gpus(1).build(), ("h100",), admitted_at=5.0)
+    assert err.value.field == "flavors"
+
+
+def test_an_admission_that_could_not_be_persisted_is_rolled_back_and_requeued() -> None:
+    engine = engine_of(a_queue("a").nominal(gpu=4).build())
+    engine.submit(a_job("j").queue("a").gpus(4).build())
+    assert admitted_names(engine) == ["j"]
+    engine.unadmit("j")
+    assert engine.is_pending("j") and not engine.is_admitted("j")
+    assert engine.queue_usage("a")[("a100", "gpu")] == 0
+    assert admitted_names(engine, now=1.0) == ["j"]

@@ -69,6 +69,15 @@ class QueueingEngine:
 
     def restore_admitted(self, workload: Workload, flavors: tuple[str, ...], admitted_at: float) -> None:
         """Rebuild state after a restart: the workload already holds quota in `flavors`."""
+        if workload.queue not in self.config.queues:
+            raise QueueingValidationError("queue", f"unknown queue {workload.queue!r}")
+        if len(flavors) != len(workload.pod_groups):
+            raise QueueingValidationError(
+                "flavors", f"one flavor per pod group: got {len(flavors)} for {len(workload.pod_groups)}"
+            )
+        unknown = sorted(set(flavors) - self.config.flavors)
+        if unknown:
+            raise QueueingValidationError("flavors", f"unknown flavor {unknown[0]!r}")
         usage: dict[tuple[str, str], int] = {}
         for group, flavor in zip(workload.pod_groups, flavors, strict=True):
             for res, qty in group.total_requests.items():

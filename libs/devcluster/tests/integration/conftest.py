@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -29,3 +30,19 @@ def api_client(apiserver: ApiServer) -> Iterator[client.ApiClient]:
 @pytest.fixture
 def core(api_client: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api_client)
+
+
+KUBECTL_INSTALL_HINT = (
+    "kubectl is a binary dependency of these tests and was not found on PATH. Install it, e.g. "
+    "`apt-get install kubectl` (from the pkgs.k8s.io apt repository) or download "
+    "https://dl.k8s.io/release/v1.31.0/bin/linux/amd64/kubectl into a directory on PATH."
+)
+
+
+@pytest.fixture(scope="session")
+def kubectl_path() -> str:
+    """The real kubectl binary; its absence fails the test with how to install it (never a skip)."""
+    found = shutil.which("kubectl")
+    if found is None:
+        pytest.fail(KUBECTL_INSTALL_HINT)
+    return found

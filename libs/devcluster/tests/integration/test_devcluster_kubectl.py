@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,30 +12,21 @@ from tessera.devcluster.apiserver import NODES, PODGROUPS, PODS, ApiServer
 
 pytestmark = pytest.mark.integration
 
-_INSTALL_HINT = (
-    "kubectl is a binary dependency of these tests and was not found on PATH. Install it, e.g. "
-    "`apt-get install kubectl` (pkgs.k8s.io repository) or download it from "
-    "https://dl.k8s.io/release/v1.31.0/bin/linux/amd64/kubectl into a directory on PATH."
-)
 
+@pytest.fixture
+def kubectl(kubectl_path: str) -> Callable[..., str]:
+    def run(kubeconfig: Path, *args: str) -> str:
+        result = subprocess.run(
+            [kubectl_path, "--kubeconfig", str(kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {result.stderr}"
+        return result.stdout
 
-def kubectl_binary() -> str:
-    found = shutil.which("kubectl")
-    if found is None:
-        pytest.fail(_INSTALL_HINT)
-    return found
-
-
-def kubectl(kubeconfig: Path, *args: str) -> str:
-    result = subprocess.run(
-        [kubectl_binary(), "--kubeconfig", str(kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {result.stderr}"
-    return result.stdout
+    return run
 
 
 @pytest.fixture
@@ -62,7 +53,7 @@ def kubeconfig(apiserver: ApiServer, tmp_path: Path) -> Path:
     return apiserver.write_kubeconfig(tmp_path / "kubeconfig")
 
 
-def test_kubectl_gets_nodes_and_pods_wide(kubeconfig: Path) -> None:
+def test_kubectl_gets_nodes_and_pods_wide(kubectl: Callable[..., str], kubeconfig: Path) -> None:
     output = kubectl(kubeconfig, "get", "nodes,pods", "-o", "wide")
     lines = output.splitlines()
 
@@ -77,7 +68,7 @@ def test_kubectl_gets_nodes_and_pods_wide(kubeconfig: Path) -> None:
     assert "gpu-1" in pod_lines[0]  # the NODE column of -o wide
 
 
-def test_kubectl_gets_podgroups(kubeconfig: Path) -> None:
+def test_kubectl_gets_podgroups(kubectl: Callable[..., str], kubeconfig: Path) -> None:
     output = kubectl(kubeconfig, "get", "podgroups")
 
     header, *rows = output.splitlines()
@@ -85,7 +76,7 @@ def test_kubectl_gets_podgroups(kubeconfig: Path) -> None:
     assert [row.split()[0] for row in rows] == ["trainer"]
 
 
-def test_kubectl_labels_a_node(kubeconfig: Path, apiserver: ApiServer) -> None:
+def test_kubectl_labels_a_node(kubectl: Callable[..., str], kubeconfig: Path, apiserver: ApiServer) -> None:
     output = kubectl(kubeconfig, "label", "node", "gpu-0", "nvidia.com/mig.config=all-1g.10gb")
 
     assert "labeled" in output
@@ -94,16 +85,16 @@ def test_kubectl_labels_a_node(kubeconfig: Path, apiserver: ApiServer) -> None:
     assert "nvidia.com/mig.config=all-1g.10gb" in kubectl(kubeconfig, "get", "node", "gpu-0", "--show-labels")
 
 
-def test_kubectl_cordons_a_node(kubeconfig: Path, apiserver: ApiServer) -> None:
+def test_kubectl_cordons_a_node(kubectl: Callable[..., str], kubeconfig: Path, apiserver: ApiServer) -> None:
     kubectl(kubeconfig, "cordon", "gpu-1")
 
     assert apiserver.store.get(NODES, None, "gpu-1")["spec"]["unschedulable"] is True
     assert "SchedulingDisabled" in kubectl(kubeconfig, "get", "node", "gpu-1")
 
 
-def test_kubectl_reports_a_missing_object_as_not_found(kubeconfig: Path) -> None:
+def test_kubectl_reports_a_missing_object_as_not_found(kubectl_path: str, kubeconfig: Path) -> None:
     result = subprocess.run(
-        [kubectl_binary(), "--kubeconfig", str(kubeconfig), "get", "pod", "ghost"],
+        [kubectl_path, "--kubeconfig", str(kubeconfig), "get", "pod", "ghost"],
         capture_output=True,
         text=True,
         timeout=60,

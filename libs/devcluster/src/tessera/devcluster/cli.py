@@ -1,0 +1,179 @@
+"""`tessera-devcluster serve|replay` (also `python -m tessera.devcluster`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from tessera.devcluster.cluster_file import ClusterFileError, load_cluster
+from tessera.devcluster.replay import Replayer, TraceError, TracePod, load_trace
+from tessera.devcluster.sim.context import SimSettings
+from tessera.devcluster.sim.nvml import DutyCycleTrace
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tessera-devcluster",
+        description="A GPU cluster in a box: an emulated Kubernetes API server with simulated GPU nodes.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve",
+        help="start the API server and the simulation, and write a kubeconfig",
+        description="Start the emulated API server with simulated nodes, kubelet, GPU Operator and NVML. "
+        "NVML readings are served at GET /nvml/<node> and faults injected at POST /faults/<node> "
+        "on the same port. Stops on Ctrl-C or SIGTERM.",
+    )
+    serve.add_argument(
+        "--cluster",
+        required=True,
+        type=Path,
+        help="a YAML cluster file (see examples/clusters/) or an openb node CSV",
+    )
+    serve.add_argument(
+        "--limit", type=int, default=None, help="keep only the first N nodes of the cluster file"
+    )
+    serve.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=Path(".tessera/kubeconfig"),
+        help="where to write the kubeconfig (default: .tessera/kubeconfig)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one)")
+    serve.add_argument(
+        "--speed", type=float, default=1.0, help="simulated seconds per wall-clock second (default: 1)"
+    )
+    serve.add_argument(
+        "--pod-start-seconds",
+        type=float,
+        default=1.0,
+        help="simulated seconds from binding to Running (default: 1)",
+    )
+    serve.add_argument(
+        "--mig-reconfigure-seconds",
+        type=float,
+        default=5.0,
+        help="simulated seconds the MIG manager takes to lay out GPUs (default: 5)",
+    )
+    serve.add_argument(
+        "--duty-cycle",
+        type=Path,
+        default=None,
+        help="the GenAI pod_gpu_duty_cycle.csv.gz to replay for inference pods "
+        "(default: $TESSERA_DATA_DIR/genai/..., else a synthetic curve)",
+    )
+
+    replay = commands.add_parser(
+        "replay",
+        help="create pods from the openb pod trace at its creation times, scaled",
+        description="Create pods (schedulerName tessera) from an openb pod list at the trace's creation "
+        "times divided by --speed, through the Kubernetes API of --kubeconfig.",
+    )
+    replay.add_argument(
+        "--pods", required=True, type=Path, help="openb_pod_list_default.csv or a slice of it"
+    )
+    replay.add_argument(
+        "--speed", type=float, default=1.0, help="trace seconds per wall-clock second (default: 1)"
+    )
+    replay.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=Path(".tessera/kubeconfig"),
+        help="the cluster to create pods in (default: .tessera/kubeconfig)",
+    )
+    replay.add_argument("--namespace", default="default", help="namespace of the pods (default: default)")
+    replay.add_argument("--scheduler", default="tessera", help="schedulerName of the pods (default: tessera)")
+    replay.add_argument("--skip", type=int, default=0, help="skip the first N pods of the trace")
+    replay.add_argument("--limit", type=int, default=None, help="replay at most N pods")
+    replay.add_argument("--dry-run", action="store_true", help="print what would be created, create nothing")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return asyncio.run(_serve(args))
+        return _replay(args)
+    except (ClusterFileError, TraceError, ValueError) as exc:
+        print(f"tessera-devcluster: error: {exc}", file=sys.stderr)
+        return 2
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from tessera.devcluster.runner import DevCluster
+
+    settings = SimSettings(
+        speed=args.speed,
+        pod_start_seconds=args.pod_start_seconds,
+        mig_reconfigure_seconds=args.mig_reconfigure_seconds,
+    )
+    nodes = load_cluster(args.cluster, limit=args.limit)
+    trace = DutyCycleTrace.load(args.duty_cycle)
+    cluster = DevCluster(nodes, settings=settings, duty_cycle=trace, host=args.host, port=args.port)
+    async with cluster:
+        path = cluster.write_kubeconfig(args.kubeconfig)
+        gpus = sum(len(n.gpus) for n in cluster.ctx.nodes.values())
+        print(
+            f"devcluster: {len(nodes)} nodes, {gpus} GPUs; API server {cluster.url}; kubeconfig {path}; "
+            f"NVML {cluster.url}/nvml/<node>; speed x{args.speed:g}",
+            flush=True,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    pods = load_trace(args.pods, skip=args.skip, limit=args.limit)
+    if args.dry_run:
+        create: Any = lambda manifest: print(f"would create {manifest['metadata']['name']}")  # noqa: E731
+    else:
+        create = _pod_creator(args.kubeconfig)
+
+    def progress(pod: TracePod) -> None:
+        print(f"created {pod.name} (trace t={pod.creation_time:g}s)", flush=True)
+
+    replayer = Replayer(create, speed=args.speed, namespace=args.namespace, scheduler=args.scheduler)
+    report = replayer.run(pods, on_created=None if args.dry_run else progress)
+    print(
+        f"replayed {len(report.created)} pods, {len(report.failed)} rejected; max lag {report.max_lag_s:.3f}s"
+    )
+    for name, reason in report.failed:
+        print(f"  rejected {name}: {reason}", file=sys.stderr)
+    return 0 if not report.failed else 1
+
+
+def _pod_creator(kubeconfig: Path) -> Any:
+    if not kubeconfig.exists():
+        raise ValueError(
+            f"--kubeconfig: {kubeconfig} does not exist (start `tessera-devcluster serve` first)"
+        )
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))  # type: ignore[no-untyped-call]
+
+    def create(manifest: dict[str, Any]) -> None:
+        try:
+            core.create_namespaced_pod(manifest["metadata"]["namespace"], cast(Any, manifest))
+        except ApiException as exc:
+            raise RuntimeError(f"{exc.status} {exc.reason}") from None
+
+    return create
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,126 @@
+"""The versioned object store: resourceVersions, names, conflicts, bindings and watch history."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.devcluster.apiserver.errors import ApiError
+from tessera.devcluster.apiserver.resources import CONFIGMAPS, NODES, PODS
+from tessera.devcluster.apiserver.selectors import Selector
+from tessera.devcluster.apiserver.store import ObjectStore
+
+
+def pod(name: str, **labels: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"containers": [{"name": "c"}]}}
+
+
+def test_every_write_takes_the_next_global_resource_version() -> None:
+    store = ObjectStore()
+    a = store.create(PODS, "ns", pod("a"))
+    node = store.create(NODES, None, {"metadata": {"name": "n"}})
+    b = store.mutate(PODS, "ns", "a", lambda p: p["metadata"]["labels"].update(x="1"))
+
+    versions = [int(o["metadata"]["resourceVersion"]) for o in (a, node, b)]
+    assert versions == sorted(versions) and len(set(versions)) == 3
+    assert store.revision == versions[-1]
+    assert b["metadata"]["uid"] == a["metadata"]["uid"]
+
+
+def test_a_no_op_write_keeps_the_resource_version() -> None:
+    store = ObjectStore()
+    created = store.create(CONFIGMAPS, "ns", {"metadata": {"name": "c"}, "data": {"k": "v"}})
+
+    same = store.patch(CONFIGMAPS, "ns", "c", {"data": {"k": "v"}}, "application/merge-patch+json")
+
+    assert same["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+
+def test_create_twice_is_409_already_exists() -> None:
+    store = ObjectStore()
+    store.create(PODS, "ns", pod("a"))
+    with pytest.raises(ApiError) as caught:
+        store.create(PODS, "ns", pod("a"))
+    assert (caught.value.code, caught.value.reason) == (409, "AlreadyExists")
+
+
+@pytest.mark.parametrize("name", ["Upper", "under_score", "-lead", "x" * 254])
+def test_invalid_names_are_422(name: str) -> None:
+    with pytest.raises(ApiError) as caught:
+        ObjectStore().create(PODS, "ns", pod(name))
+    assert caught.value.code == 422 and "metadata.name" in caught.value.message
+
+
+def test_namespace_in_the_body_must_match_the_url() -> None:
+    body = pod("a")
+    body["metadata"]["namespace"] = "other"  # type: ignore[index]
+    with pytest.raises(ApiError) as caught:
+        ObjectStore().create(PODS, "ns", body)
+    assert caught.value.code == 400
+
+
+def test_replace_with_a_stale_resource_version_is_409_and_without_one_wins() -> None:
+    store = ObjectStore()
+    old = store.create(CONFIGMAPS, "ns", {"metadata": {"name": "c"}, "data": {"v": "1"}})
+    store.mutate(CONFIGMAPS, "ns", "c", lambda c: c["data"].update(v="2"))
+
+    with pytest.raises(ApiError) as caught:
+        store.replace(CONFIGMAPS, "ns", "c", {**old, "data": {"v": "3"}})
+    unconditional = store.replace(CONFIGMAPS, "ns", "c", {"metadata": {"name": "c"}, "data": {"v": "4"}})
+
+    assert caught.value.code == 409
+    assert unconditional["data"] == {"v": "4"}
+
+
+def test_bind_once_then_conflict() -> None:
+    store = ObjectStore()
+    store.create(PODS, "ns", pod("a"))
+
+    bound = store.bind("ns", "a", "n1")
+    with pytest.raises(ApiError) as caught:
+        store.bind("ns", "a", "n2")
+
+    assert bound["spec"]["nodeName"] == "n1"
+    assert caught.value.code == 409 and 'already assigned to node "n1"' in caught.value.message
+
+
+async def test_watch_replays_history_after_a_resource_version() -> None:
+    store = ObjectStore()
+    store.create(PODS, "ns", pod("a", app="web"))
+    since = str(store.revision)
+    store.create(PODS, "ns", pod("b", app="web"))
+    store.create(PODS, "other", pod("c", app="web"))
+    store.delete(PODS, "ns", "a")
+
+    watch = store.watch(PODS, "ns", Selector.parse("app=web", None), since)
+    events = [await watch.next(0.1) for _ in range(3)]
+    watch.close()
+
+    assert [(e["type"], e["object"]["metadata"]["name"]) if e else None for e in events] == [
+        ("ADDED", "b"),
+        ("DELETED", "a"),
+        None,
+    ]
+
+
+async def test_watch_from_a_compacted_revision_is_410() -> None:
+    store = ObjectStore(history=2)
+    first = store.create(PODS, "ns", pod("a"))
+    for name in ("b", "c", "d"):
+        store.create(PODS, "ns", pod(name))
+
+    with pytest.raises(ApiError) as caught:
+        store.watch(PODS, "ns", resource_version=first["metadata"]["resourceVersion"])
+    recent = store.watch(PODS, "ns", resource_version=str(store.revision - 1))
+
+    assert caught.value.code == 410
+    assert (await recent.next(0.1) or {}).get("object", {}).get("metadata", {}).get("name") == "d"
+    recent.close()
+
+
+async def test_closing_the_store_watches_ends_them() -> None:
+    store = ObjectStore()
+    watch = store.watch(PODS)
+
+    store.close_watches()
+
+    assert await watch.next(1.0) is None and watch.closed

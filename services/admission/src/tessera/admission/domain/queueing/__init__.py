@@ -12,12 +12,7 @@ from tessera.admission.domain.queueing.decisions import (
     WaitReason,
 )
 from tessera.admission.domain.queueing.engine import QueueingEngine
-from tessera.admission.domain.queueing.errors import (
-    InvalidTransition,
-    QueueingValidationError,
-    UnknownWorkload,
-)
-from tessera.admission.domain.queueing.lifecycle import JobLifecycle, JobState, Transition
+from tessera.admission.domain.queueing.errors import QueueingValidationError, UnknownWorkload
 from tessera.admission.domain.queueing.model import (
     AdmittedWorkload,
     BorrowWithinCohort,
@@ -50,9 +45,6 @@ __all__ = [
     "FlavorQuotas",
     "FreeShapeOracle",
     "InFlightPreemption",
-    "InvalidTransition",
-    "JobLifecycle",
-    "JobState",
     "NodeFree",
     "Placement",
     "PodGroup",
@@ -70,7 +62,6 @@ __all__ = [
     "ResourceQuota",
     "ShapeOracle",
     "TenantQueue",
-    "Transition",
     "UnknownWorkload",
     "Wait",
     "WaitReason",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -65,6 +67,11 @@ async def harness() -> AsyncIterator[ApiServerHarness]:
             yield harness
         finally:
             await harness.kube.close()
+    # Every watch stream's thread must have ended with its consumer: none may linger on a socket.
+    for thread in threading.enumerate():
+        if thread.name.startswith("watch-"):
+            await asyncio.to_thread(thread.join, 10)
+            assert not thread.is_alive(), f"{thread.name} outlived its watch"
 
 
 @pytest.mark.integration

@@ -90,7 +90,7 @@ async def test_config_map_retry_gives_up_after_repeated_conflicts() -> None:
     async def read() -> ConfigMap:
         return ConfigMap("ns", "cm", {}, {}, "1")
 
-    async def write(data: Mapping[str, str], version: str | None) -> ConfigMap:
+    async def write(data: Mapping[str, str], current: ConfigMap | None) -> ConfigMap:
         nonlocal writes
         writes += 1
         raise Conflict("stale")

@@ -213,16 +213,16 @@ class FakeCluster:
     async def apply_config_map(
         self, namespace: str, name: str, data: Mapping[str, str], labels: Mapping[str, str] | None = None
     ) -> ConfigMap:
-        async def write(new: Mapping[str, str], version: str | None) -> ConfigMap:
-            return self._write_config_map(namespace, name, new, version, labels)
+        async def write(new: Mapping[str, str], current: ConfigMap | None) -> ConfigMap:
+            return self._write_config_map(namespace, name, new, current, labels)
 
         return await update_config_map_with_retry(
             lambda: self.get_config_map(namespace, name), write, lambda _: dict(data)
         )
 
     async def update_config_map(self, namespace: str, name: str, mutate: ConfigMapMutation) -> ConfigMap:
-        async def write(new: Mapping[str, str], version: str | None) -> ConfigMap:
-            return self._write_config_map(namespace, name, new, version, None)
+        async def write(new: Mapping[str, str], current: ConfigMap | None) -> ConfigMap:
+            return self._write_config_map(namespace, name, new, current, None)
 
         return await update_config_map_with_retry(lambda: self.get_config_map(namespace, name), write, mutate)
 
@@ -233,13 +233,13 @@ class FakeCluster:
         namespace: str,
         name: str,
         data: Mapping[str, str],
-        version: str | None,
+        read: ConfigMap | None,
         labels: Mapping[str, str] | None,
     ) -> ConfigMap:
         current = self._config_maps.get((namespace, name))
-        if version is None and current is not None:
+        if read is None and current is not None:
             raise Conflict(f'configmaps "{name}" already exists')
-        if version is not None and (current is None or current.resource_version != version):
+        if read is not None and (current is None or current.resource_version != read.resource_version):
             raise Conflict(
                 f'Operation cannot be fulfilled on configmaps "{name}": the object has been modified'
             )

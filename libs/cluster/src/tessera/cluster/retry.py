@@ -12,14 +12,14 @@ DEFAULT_ATTEMPTS = 5
 
 async def update_config_map_with_retry(
     read: Callable[[], Awaitable[ConfigMap | None]],
-    write: Callable[[Mapping[str, str], str | None], Awaitable[ConfigMap]],
+    write: Callable[[Mapping[str, str], ConfigMap | None], Awaitable[ConfigMap]],
     mutate: ConfigMapMutation,
     attempts: int = DEFAULT_ATTEMPTS,
 ) -> ConfigMap:
-    """Read, mutate, write with the resourceVersion read (None: create); reread on Conflict.
+    """Read, mutate, write against what was read; reread and retry on Conflict.
 
-    ``write(data, resource_version)`` must create when the version is None (Conflict if the object
-    appeared meanwhile) and replace only that version otherwise (Conflict when it is stale).
+    ``write(data, current)`` must create when ``current`` is None (Conflict if the object appeared
+    meanwhile) and otherwise replace only ``current.resource_version`` (Conflict when it is stale).
     """
     last: Conflict | None = None
     for _ in range(attempts):
@@ -28,7 +28,7 @@ async def update_config_map_with_retry(
         result = mutate(base)
         data = await result if inspect.isawaitable(result) else result
         try:
-            return await write(dict(data), current.resource_version if current is not None else None)
+            return await write(dict(data), current)
         except Conflict as exc:
             last = exc
     raise Conflict(f"configmap update gave up after {attempts} conflicting attempts: {last}")

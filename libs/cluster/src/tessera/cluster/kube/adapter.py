@@ -38,6 +38,7 @@ from tessera.cluster.port import (
     ConfigMap,
     ConfigMapMutation,
     Listing,
+    NotFound,
     PodSelector,
     WatchEvent,
 )
@@ -168,10 +169,8 @@ class KubernetesCluster:
             raw = await self._call(
                 lambda: self._core.read_namespaced_config_map(name, namespace, _preload_content=False)
             )
-        except Exception as exc:
-            if getattr(exc, "code", None) == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         return _config_map(raw)
 
     async def apply_config_map(
@@ -179,14 +178,14 @@ class KubernetesCluster:
     ) -> ConfigMap:
         return await update_config_map_with_retry(
             lambda: self.get_config_map(namespace, name),
-            lambda new, version: self._write_config_map(namespace, name, new, version, labels),
+            lambda new, current: self._write_config_map(namespace, name, new, current, labels),
             lambda _: dict(data),
         )
 
     async def update_config_map(self, namespace: str, name: str, mutate: ConfigMapMutation) -> ConfigMap:
         return await update_config_map_with_retry(
             lambda: self.get_config_map(namespace, name),
-            lambda new, version: self._write_config_map(namespace, name, new, version, None),
+            lambda new, current: self._write_config_map(namespace, name, new, current, None),
             mutate,
         )
 
@@ -197,28 +196,26 @@ class KubernetesCluster:
         namespace: str,
         name: str,
         data: Mapping[str, str],
-        version: str | None,
+        current: ConfigMap | None,
         labels: Mapping[str, str] | None,
     ) -> ConfigMap:
+        """Create (``current`` None) or replace exactly the version read; labels are kept unless given."""
         metadata: dict[str, Any] = {"name": name, "namespace": namespace}
-        if labels is not None:
-            metadata["labels"] = dict(labels)
+        kept = labels if labels is not None else (current.labels if current is not None else None)
+        if kept is not None:
+            metadata["labels"] = dict(kept)
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": metadata,
             "data": dict(data),
         }
-        if version is None:
+        if current is None:
             raw = await self._call(
                 lambda: self._core.create_namespaced_config_map(namespace, body, _preload_content=False)
             )
         else:
-            metadata["resourceVersion"] = version
-            if labels is None:
-                current = await self.get_config_map(namespace, name)
-                if current is not None:
-                    metadata["labels"] = dict(current.labels)
+            metadata["resourceVersion"] = current.resource_version
             raw = await self._call(
                 lambda: self._core.replace_namespaced_config_map(
                     name, namespace, body, _preload_content=False

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -20,6 +21,7 @@ from tessera.cluster.kube.errors import status_message, translate
 from tessera.cluster.port import ClusterError, EventType, WatchEvent, WatchExpired
 
 _END = object()
+log = logging.getLogger(__name__)
 
 
 async def stream_events(
@@ -50,7 +52,8 @@ async def stream_events(
             for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
                 if stop.is_set():
                     return
-                put(json.loads(line))
+                if line.strip():
+                    put(json.loads(line))
         except ApiException as exc:
             put(translate(exc))
         except Exception as exc:  # a dropped connection ends the stream; the reflector resumes
@@ -98,6 +101,7 @@ def _event(raw: dict[str, Any], parse: Callable[[dict[str, Any]], Any], name: st
     version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
     try:
         parsed = parse(obj)
-    except ValueError:
+    except ValueError as exc:
+        log.warning("skipping a watched object that does not parse", extra={"watch": name, "error": str(exc)})
         return None
     return WatchEvent(EventType(kind), parsed, version)

@@ -9,14 +9,16 @@ import typer
 from typer.testing import CliRunner
 
 from tessera.cli.up import (
+    DEFAULT_CLUSTER_FILE,
     SERVICES,
-    _hide_password,
     check_url,
     default_service_argv,
     parse_services,
     plan_services,
     register,
+    resolve_cluster_file,
 )
+from tessera.cli.up_stack import _hide_password
 from tessera.core.embedded import StateDir
 
 
@@ -95,6 +97,40 @@ def test_plan_gives_each_service_its_port_urls_and_log() -> None:
     assert endpoints.services["slicing"].health_url == "http://127.0.0.1:19000/healthz"
     assert endpoints.services["slicing"].ready_url == "http://127.0.0.1:19000/readyz"
     assert endpoints.kubeconfig == "/k/config"
+
+
+def test_only_telemetry_gets_the_cluster_file() -> None:
+    specs, _ = plan_services(
+        ["telemetry", "scheduler"],
+        {"telemetry": 1, "scheduler": 2},
+        nats_url="nats://n",
+        database_url="postgresql://d",
+        kubeconfig=None,
+        state=StateDir(Path("/s")),
+        service_argv=default_service_argv,
+        cluster_file=Path("/c/dev.yaml"),
+    )
+    assert specs[0].env["TESSERA_TELEMETRY_CLUSTER_FILE"] == "/c/dev.yaml"
+    assert "TESSERA_TELEMETRY_CLUSTER_FILE" not in specs[1].env
+
+
+def test_cluster_file_given_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(typer.BadParameter, match="is not a file") as err:
+        resolve_cluster_file(tmp_path / "missing.yaml", needed=True)
+    assert err.value.param_hint == "--cluster-file"
+
+
+def test_cluster_file_defaults_to_the_example_when_run_from_the_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(typer.BadParameter, match="telemetry needs a cluster file"):
+        resolve_cluster_file(None, needed=True)
+    assert resolve_cluster_file(None, needed=False) is None
+
+    (tmp_path / DEFAULT_CLUSTER_FILE).parent.mkdir(parents=True)
+    (tmp_path / DEFAULT_CLUSTER_FILE).write_text("nodes: []\n")
+    assert resolve_cluster_file(None, needed=True) == (tmp_path / DEFAULT_CLUSTER_FILE).resolve()
 
 
 def test_plan_without_admission_has_no_api_url_and_no_kubeconfig() -> None:

@@ -1,0 +1,346 @@
+"""What ``tessera up`` runs: the stack's plan, its start, its readiness wait and its stop.
+
+Starts PostgreSQL and NATS (JetStream) from their PyPI packages under the state directory unless
+URLs are given, runs every migration, starts the six services under a supervisor, waits for each
+one's ``/readyz``, writes ``endpoints.json`` and prints what runs where. SIGINT/SIGTERM stop the
+services (SIGTERM, then SIGKILL after a timeout), then NATS, then PostgreSQL. A second run reuses
+the data and, where still free, the same ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import httpx
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from tessera.cli.supervisor import ServiceSpec, Supervisor
+from tessera.core.embedded import (
+    ComponentError,
+    Endpoints,
+    NatsServer,
+    PostgresServer,
+    ServiceEndpoint,
+    StateDir,
+    StateDirBusy,
+    write_endpoints,
+)
+
+SERVICES = ("telemetry", "forecaster", "admission", "scheduler", "slicing", "checkpoint")
+DEFAULT_NATS_PORT = 14222
+DEFAULT_POSTGRES_PORT = 15432
+DEFAULT_SERVICE_PORTS = {
+    "admission": 18080,
+    "telemetry": 18081,
+    "forecaster": 18082,
+    "scheduler": 18083,
+    "slicing": 18084,
+    "checkpoint": 18085,
+}
+HOST = "127.0.0.1"
+_STYLES = ("cyan", "green", "yellow", "magenta", "blue", "bright_red")
+
+Migrate = Callable[[str], None]
+ServiceArgv = Callable[[str], list[str]]
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    state_dir: Path = Path(".tessera")
+    services: tuple[str, ...] = SERVICES
+    nats_url: str | None = None
+    database_url: str | None = None
+    kubeconfig: Path | None = None
+    #: the GPU inventory telemetry reports (and the devcluster will simulate)
+    cluster_file: Path | None = None
+    ready_timeout: float = 60.0
+    stop_timeout: float = 10.0
+    #: prefer the fixed default ports (14222, 15432, 18080…) when no port is remembered yet;
+    #: off, fresh state directories get kernel-chosen free ports (tests running side by side)
+    use_default_ports: bool = True
+
+    def default_port(self, default: int) -> int | None:
+        return default if self.use_default_ports else None
+
+
+# -- the plan -----------------------------------------------------------------------------------------
+def default_service_argv(name: str) -> list[str]:
+    return [sys.executable, "-m", f"tessera.{name}"]
+
+
+def migrate_all(database_url: str) -> None:
+    from tessera.core.db.migrations import migrate_all as run_migrations
+
+    run_migrations(database_url)
+
+
+def start_devcluster(options: UpOptions, state: StateDir, console: Console) -> Path | None:
+    """Hook: start the devcluster (simulating ``options.cluster_file``) and return its kubeconfig.
+
+    Not wired into ``tessera up`` yet, so it starts nothing and returns ``None``: the services then
+    run without a Kubernetes cluster unless ``--kubeconfig`` names one.
+    """
+    console.print(
+        "[yellow]![/] no Kubernetes cluster attached: the devcluster is not started by 'tessera up' yet; "
+        "pass --kubeconfig to use a cluster"
+    )
+    return None
+
+
+def plan_services(
+    names: Sequence[str],
+    ports: dict[str, int],
+    *,
+    nats_url: str,
+    database_url: str,
+    kubeconfig: Path | None,
+    state: StateDir,
+    service_argv: ServiceArgv,
+    cluster_file: Path | None = None,
+) -> tuple[list[ServiceSpec], Endpoints]:
+    """How to launch each service, and the endpoints it will serve."""
+    specs: list[ServiceSpec] = []
+    services: dict[str, ServiceEndpoint] = {}
+    for name in names:
+        prefix = f"TESSERA_{name.upper()}_"
+        env = {
+            "TESSERA_NATS_URL": nats_url,
+            "TESSERA_DATABASE_URL": database_url,
+            prefix + "HTTP_HOST": HOST,
+            prefix + "HTTP_PORT": str(ports[name]),
+        }
+        if kubeconfig is not None:
+            env["TESSERA_KUBECONFIG"] = str(kubeconfig)
+        if name == "telemetry" and cluster_file is not None:
+            env["TESSERA_TELEMETRY_CLUSTER_FILE"] = str(cluster_file)
+        log_file = state.log_file(name)
+        specs.append(ServiceSpec(name, service_argv(name), env, log_file))
+        base = f"http://{HOST}:{ports[name]}"
+        services[name] = ServiceEndpoint(name, base, f"{base}/healthz", f"{base}/readyz", str(log_file))
+    admission = services.get("admission")
+    endpoints = Endpoints(
+        nats_url=nats_url,
+        database_url=database_url,
+        admission_api_url=admission.base_url if admission else None,
+        services=services,
+        kubeconfig=str(kubeconfig) if kubeconfig else None,
+    )
+    return specs, endpoints
+
+
+# -- running ------------------------------------------------------------------------------------------
+class _Terminated(Exception):
+    """SIGTERM arrived while starting (before the event loop took over signals)."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
+def run_up(
+    options: UpOptions,
+    *,
+    console: Console | None = None,
+    migrate: Migrate | None = None,
+    service_argv: ServiceArgv = default_service_argv,
+) -> int:
+    """Run the stack until SIGINT/SIGTERM; the exit code (0 after a clean stop)."""
+    console = console or Console()
+    state = StateDir(options.state_dir.resolve())
+    previous_int = signal.getsignal(signal.SIGINT)
+    previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        with state.exclusive(), contextlib.ExitStack() as stack:
+            nats_url, database_url = _start_infra(options, state, console, stack)
+            with console.status("Running migrations…"):
+                try:
+                    (migrate or migrate_all)(database_url)
+                except Exception as err:
+                    raise ComponentError("migrations", f"{type(err).__name__}: {err}") from err
+            console.print("[green]✓[/] migrations applied")
+            kubeconfig = options.kubeconfig or start_devcluster(options, state, console)
+            ports = {
+                n: state.choose_port(f"service.{n}", options.default_port(DEFAULT_SERVICE_PORTS[n]))
+                for n in options.services
+            }
+            state.remember_ports({f"service.{n}": p for n, p in ports.items()})
+            specs, endpoints = plan_services(
+                options.services,
+                ports,
+                nats_url=nats_url,
+                database_url=database_url,
+                kubeconfig=kubeconfig,
+                state=state,
+                service_argv=service_argv,
+                cluster_file=options.cluster_file,
+            )
+            # from here on the event loop owns SIGINT/SIGTERM; teardown below must not be interrupted
+            stack.callback(_ignore_stop_signals)
+            return asyncio.run(_serve(options, state, console, specs, endpoints))
+    except (ComponentError, StateDirBusy) as err:
+        console.print(f"[red]error:[/] {escape(str(err))}", soft_wrap=True)
+        return 1
+    except (KeyboardInterrupt, _Terminated):
+        console.print("interrupted while starting; everything started so far was stopped")
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
+
+
+def _ignore_stop_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _start_infra(
+    options: UpOptions, state: StateDir, console: Console, stack: contextlib.ExitStack
+) -> tuple[str, str]:
+    """Start what no URL was given for; stops are pushed on ``stack`` (NATS stops before PostgreSQL)."""
+    database_url = options.database_url
+    if database_url is None:
+        pg = PostgresServer(
+            state.pg_data,
+            port=state.choose_port("postgres", options.default_port(DEFAULT_POSTGRES_PORT)),
+            log_file=state.log_file("postgres"),
+        )
+        verb = "reusing" if (state.pg_data / "PG_VERSION").exists() else "creating"
+        with console.status(f"Starting PostgreSQL on {HOST}:{pg.port} ({verb} {state.pg_data})…"):
+            stack.callback(_stopping, console, "postgres", pg.cleanup)
+            pg.start(timeout=options.ready_timeout)
+        state.remember_ports({"postgres": pg.port})
+        database_url = pg.url
+        console.print(f"[green]✓[/] postgres ready on {HOST}:{pg.port} ({verb} its data)")
+    else:
+        console.print("[green]✓[/] postgres: using the given database URL")
+    nats_url = options.nats_url
+    if nats_url is None:
+        nats = NatsServer(
+            state.nats_store,
+            port=state.choose_port("nats", options.default_port(DEFAULT_NATS_PORT)),
+            log_file=state.log_file("nats"),
+        )
+        with console.status(f"Starting NATS with JetStream on {HOST}:{nats.port}…"):
+            stack.callback(_stopping, console, "nats", nats.stop)
+            nats.start(timeout=options.ready_timeout)
+        state.remember_ports({"nats": nats.port})
+        nats_url = nats.url
+        console.print(f"[green]✓[/] nats ready on {HOST}:{nats.port} (JetStream store {state.nats_store})")
+    else:
+        console.print("[green]✓[/] nats: using the given URL")
+    return nats_url, database_url
+
+
+def _stopping(console: Console, component: str, stop: Callable[[], None]) -> None:
+    console.print(f"stopping {component}…")
+    stop()
+
+
+async def _serve(
+    options: UpOptions, state: StateDir, console: Console, specs: list[ServiceSpec], endpoints: Endpoints
+) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    supervisor = Supervisor(
+        specs, sink=_console_sink(console, [s.name for s in specs]), stop_timeout=options.stop_timeout
+    )
+    try:
+        await supervisor.start()
+        if await _wait_ready(supervisor, endpoints, options.ready_timeout, stop, console):
+            write_endpoints(state.endpoints_file, endpoints)
+            _print_table(console, state, endpoints)
+            await stop.wait()
+        console.print("stopping services…")
+    finally:
+        await supervisor.stop()
+        state.endpoints_file.unlink(missing_ok=True)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    return 0
+
+
+async def _wait_ready(
+    supervisor: Supervisor, endpoints: Endpoints, within: float, stop: asyncio.Event, console: Console
+) -> bool:
+    """Poll every ``/readyz`` until all answer 200; ``False`` when asked to stop meanwhile."""
+    loop = asyncio.get_running_loop()
+    pending = {name: ep.ready_url for name, ep in endpoints.services.items()}
+    deadline = loop.time() + within
+    async with httpx.AsyncClient(timeout=1.0) as client:
+        with console.status("Waiting for the services to be ready…") as status:
+            while pending:
+                results = await asyncio.gather(*(_is_ready(client, url) for url in pending.values()))
+                for name, ok in zip(list(pending), results, strict=True):
+                    if ok:
+                        del pending[name]
+                        console.print(f"[green]✓[/] {name} ready")
+                if not pending:
+                    return True
+                if loop.time() > deadline:
+                    name = next(iter(pending))
+                    others = f" (also not ready: {', '.join(list(pending)[1:])})" if len(pending) > 1 else ""
+                    raise ComponentError(
+                        name,
+                        f"not ready after {within:.0f}s: {pending[name]} did not answer 200, "
+                        f"{supervisor.restarts(name)} restart(s){others}",
+                        Path(endpoints.services[name].log_file or ""),
+                    )
+                status.update(f"Waiting for {', '.join(pending)} to be ready…")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=0.2)
+                if stop.is_set():
+                    return False
+    return True
+
+
+async def _is_ready(client: httpx.AsyncClient, url: str) -> bool:
+    try:
+        return (await client.get(url)).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _console_sink(console: Console, names: list[str]) -> Callable[[str, str], None]:
+    width = max((len(n) for n in names), default=0)
+    styles = {n: _STYLES[i % len(_STYLES)] for i, n in enumerate(names)}
+
+    def sink(name: str, line: str) -> None:
+        label = Text(f"{name:<{width}} | ", style=styles.get(name, "white"))
+        console.print(label + Text(line), soft_wrap=True, highlight=False)
+
+    return sink
+
+
+def _print_table(console: Console, state: StateDir, endpoints: Endpoints) -> None:
+    table = Table(title="Tessera is up", title_justify="left", caption=f"state and logs under {state.root}")
+    for column in ("component", "url", "log"):
+        table.add_column(column, overflow="fold")
+    logs = state.logs.name
+    table.add_row("postgres", _hide_password(endpoints.database_url), f"{logs}/postgres.log")
+    table.add_row("nats", endpoints.nats_url, f"{logs}/nats.log")
+    for name, ep in endpoints.services.items():
+        table.add_row(name, ep.base_url, f"{logs}/{name}.log")
+    if endpoints.admission_api_url:
+        table.add_row("admission API", endpoints.admission_api_url, "")
+    console.print(table)
+    console.print(f"endpoints: {state.endpoints_file}   stop with Ctrl-C")
+
+
+def _hide_password(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    auth, at, host = rest.rpartition("@")
+    if not at or ":" not in auth:
+        return url
+    return f"{scheme}{sep}{auth.split(':', 1)[0]}:***@{host}"

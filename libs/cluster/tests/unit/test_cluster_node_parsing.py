@@ -138,3 +138,39 @@ def test_domain_objects_refuse_inconsistent_values() -> None:
         Gpu(0, "a", "A30", 1, mig_instances=(MigInstance("4g.24gb", 0),))
     with pytest.raises(ValueError, match="too small"):
         Node("n", 1, 1, gpus=(Gpu(2, "a", "T4", 1),), interconnect=pcie_board(2))
+
+
+def test_single_strategy_labels_describe_mig_devices_and_are_turned_back_into_gpus() -> None:
+    labels = {"nvidia.com/mig.strategy": "single"}
+    obj = gfd_node_manifest("s", "A100-SXM4-40GB-MIG-1g.5gb", 56, 4864, labels=labels)
+    node = parse_node(obj)
+    assert node.gpu_count == 8
+    assert node.mig_strategy is MigStrategy.SINGLE
+    for gpu in node.gpus:
+        assert gpu.model == "A100-40GB"
+        assert gpu.memory_mib == 40 * 1024
+        assert gpu.mig_profiles == ("1g.5gb",) * 7
+
+
+def test_single_strategy_with_an_applied_config_uses_its_layout() -> None:
+    labels = {
+        "nvidia.com/mig.strategy": "single",
+        "nvidia.com/mig.config": "all-3g.40gb",
+        "nvidia.com/mig.config.state": "success",
+    }
+    node = parse_node(gfd_node_manifest("s", "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb", 16, 40192, labels=labels))
+    assert node.gpu_count == 8
+    assert {gpu.mig_profiles for gpu in node.gpus} == {("3g.40gb", "3g.40gb")}
+
+
+def test_time_sliced_capacity_is_divided_back_into_physical_gpus() -> None:
+    obj = gfd_node_manifest("t", "Tesla-T4-SHARED", 4, 15360, labels={"nvidia.com/gpu.replicas": "4"})
+    del obj["metadata"]["labels"]["nvidia.com/gpu.count"]
+    obj["status"]["capacity"]["nvidia.com/gpu"] = "16"
+    node = parse_node(obj)
+    assert (node.gpu_count, node.gpu_replicas, node.gpus[0].model) == (4, 4, "T4")
+
+
+def test_bad_replica_label_names_the_field() -> None:
+    with pytest.raises(ValueError, match=r"gpu\.replicas"):
+        parse_node(gfd_node_manifest("t", "Tesla-T4", 1, 15360, labels={"nvidia.com/gpu.replicas": "many"}))

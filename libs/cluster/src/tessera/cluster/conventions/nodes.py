@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -29,6 +30,7 @@ from tessera.cluster.domain.node import MigConfigState, Node, Taint, TaintEffect
 from tessera.cluster.domain.topology import InterconnectMatrix
 
 E = TypeVar("E", MigConfigState, MigStrategy, TaintEffect)
+_SINGLE_MIG_PRODUCT = re.compile(r"-MIG-(?P<profile>\d+g\.\d+gb(?:\+me)?)$")
 
 
 def parse_node(obj: Mapping[str, Any]) -> Node:
@@ -56,21 +58,21 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
     mig_config = labels.get(MIG_CONFIG_LABEL) or None
     mig_state = _enum(MigConfigState, labels.get(MIG_CONFIG_STATE_LABEL), f"labels[{MIG_CONFIG_STATE_LABEL}]")
     strategy = _enum(MigStrategy, labels.get(MIG_STRATEGY_LABEL), f"labels[{MIG_STRATEGY_LABEL}]")
+    replicas_text = labels.get(GPU_REPLICAS_LABEL, "1")
+    try:
+        replicas = max(1, int(replicas_text))
+    except ValueError:
+        raise ValueError(f"node.metadata.labels[{GPU_REPLICAS_LABEL}]: expected an integer") from None
     if NODE_GPUS_ANNOTATION in annotations:
         gpus = decode_gpus(annotations[NODE_GPUS_ANNOTATION])
     else:
-        gpus = _gpus_from_labels(name, labels, capacity, mig_config, mig_state)
+        gpus = _gpus_from_labels(name, labels, capacity, replicas, mig_config, mig_state)
     if NODE_TOPOLOGY_ANNOTATION in annotations:
         interconnect: InterconnectMatrix | None = decode_topology(annotations[NODE_TOPOLOGY_ANNOTATION])
     elif gpus:
         interconnect = typical_board(gpus[0].model, max(g.index for g in gpus) + 1)
     else:
         interconnect = None
-    replicas_text = labels.get(GPU_REPLICAS_LABEL, "1")
-    try:
-        replicas = max(1, int(replicas_text))
-    except ValueError:
-        raise ValueError(f"node.metadata.labels[{GPU_REPLICAS_LABEL}]: expected an integer") from None
     return Node(
         name=name,
         allocatable_cpu_milli=quantity.cpu_milli(allocatable.get("cpu", 0), "node.status.allocatable.cpu"),
@@ -141,38 +143,54 @@ def _gpus_from_labels(
     name: str,
     labels: Mapping[str, str],
     capacity: Mapping[str, Any],
+    replicas: int,
     mig_config: str | None,
     mig_state: MigConfigState | None,
 ) -> tuple[Gpu, ...]:
+    """Physical GPUs from GFD labels.
+
+    With MIG strategy ``single`` GFD rewrites ``gpu.count``, ``gpu.memory`` and ``gpu.product``
+    (``A100-SXM4-40GB-MIG-1g.5gb``) to describe MIG devices; the physical GPUs are recovered from
+    the profile and the layout each GPU carries. Time-slicing multiplies the capacity, not the count.
+    """
+    product = labels.get(GPU_PRODUCT_LABEL, "")
+    single = _SINGLE_MIG_PRODUCT.search(product) if labels.get(MIG_STRATEGY_LABEL) == "single" else None
     count_text = labels.get(GPU_COUNT_LABEL)
     if count_text is not None:
         count = quantity.count(count_text, f"node.metadata.labels[{GPU_COUNT_LABEL}]")
-    elif GPU_RESOURCE in capacity and labels.get(MIG_STRATEGY_LABEL) != MigStrategy.SINGLE.value:
+    elif GPU_RESOURCE in capacity:
         count = quantity.count(capacity[GPU_RESOURCE], f"node.status.capacity[{GPU_RESOURCE}]")
+        if single is None:
+            count //= replicas
     else:
         count = 0
     if count == 0:
         return ()
     memory_text = labels.get(GPU_MEMORY_LABEL)
     memory = quantity.count(memory_text, f"node.metadata.labels[{GPU_MEMORY_LABEL}]") if memory_text else None
-    model = resolve_product(labels.get(GPU_PRODUCT_LABEL, ""), memory)
+    if single is not None:
+        memory = None  # the label gives the memory of one MIG device
+    model = resolve_product(product, memory)
     layout = _applied_layout(model, mig_config, mig_state)
-    gpus = []
-    for index in range(count):
-        instances: tuple[MigInstance, ...] = ()
-        if layout is not None and layout[1] and model.mig is not None:
-            instances = model.mig.place(layout[1])
-        gpus.append(
-            Gpu(
-                index=index,
-                uuid=f"GPU-{name}-{index}",
-                model=model.name,
-                memory_mib=memory if memory is not None else model.memory_mib,
-                mig_mode=MigMode.ENABLED if layout is not None and layout[0] else MigMode.DISABLED,
-                mig_instances=instances,
-            )
+    if single is not None and model.mig is not None and model.mig.has_profile(single["profile"]):
+        if layout is None or not layout[1]:
+            profile = model.mig.profile(single["profile"])
+            layout = (True, (profile.name,) * profile.max_instances)
+        count = max(1, count // len(layout[1]))
+    instances: tuple[MigInstance, ...] = ()
+    if layout is not None and layout[1] and model.mig is not None:
+        instances = model.mig.place(layout[1])
+    return tuple(
+        Gpu(
+            index=index,
+            uuid=f"GPU-{name}-{index}",
+            model=model.name,
+            memory_mib=memory if memory is not None else model.memory_mib,
+            mig_mode=MigMode.ENABLED if layout is not None and layout[0] else MigMode.DISABLED,
+            mig_instances=instances,
         )
-    return tuple(gpus)
+        for index in range(count)
+    )
 
 
 def _applied_layout(

@@ -103,3 +103,25 @@ def test_kubectl_reports_a_missing_object_as_not_found(kubectl_path: str, kubeco
 
     assert result.returncode != 0
     assert 'pods "ghost" not found' in result.stderr
+
+
+def test_kubectl_creates_applies_and_deletes_from_a_manifest(
+    kubectl: Callable[..., str], kubeconfig: Path, apiserver: ApiServer, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: demo, labels: {v: '1'}}\n"
+        "spec:\n  schedulerName: tessera\n"
+        "  containers: [{name: main, image: busybox, resources: {limits: {nvidia.com/gpu: 2}}}]\n"
+    )
+
+    assert "pod/demo created" in kubectl(kubeconfig, "apply", "-f", str(manifest))
+    created = apiserver.store.get(PODS, "default", "demo")
+    manifest.write_text(manifest.read_text().replace("v: '1'", "v: '2'"))
+    assert "pod/demo configured" in kubectl(kubeconfig, "apply", "-f", str(manifest))
+    applied = apiserver.store.get(PODS, "default", "demo")
+    assert 'pod "demo" deleted' in kubectl(kubeconfig, "delete", "-f", str(manifest))
+
+    assert created["spec"]["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": "2"}
+    assert applied["metadata"]["labels"] == {"v": "2"}
+    assert apiserver.store.find(PODS, "default", "demo") is None

@@ -65,7 +65,11 @@ def test_replay_creates_tessera_pods_by_the_conventions(
     assert shared["metadata"]["annotations"]["tessera.io/gpu-milli"] == "650"
     assert "limits" not in shared["spec"]["containers"][0]["resources"]
     assert whole["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    assert whole["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "12000m", "memory": "24576Mi"}
+    assert whole["spec"]["containers"][0]["resources"]["requests"] == {
+        "cpu": "12000m",
+        "memory": "24576Mi",
+        "nvidia.com/gpu": "1",  # defaulted from the limit by the API server
+    }
     assert whole["metadata"]["annotations"]["tessera.io/sim-duration"] == str(11195377 - 11185236)
 
 

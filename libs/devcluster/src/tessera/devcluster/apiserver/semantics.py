@@ -39,6 +39,7 @@ def prepare_for_create(resource: ResourceType, obj: dict[str, Any]) -> None:
         spec.setdefault("schedulerName", "default-scheduler")
         spec.setdefault("restartPolicy", "Always")
         spec.setdefault("containers", [])
+        default_pod_spec(spec)
         status: dict[str, Any] = {"phase": "Pending"}
         if spec.get("nodeName"):
             status["conditions"] = [pod_scheduled_condition()]
@@ -52,6 +53,30 @@ def prepare_for_create(resource: ResourceType, obj: dict[str, Any]) -> None:
         obj.setdefault("status", {})
 
 
+def default_pod_spec(spec: dict[str, Any]) -> None:
+    """Requests default to limits, and quantities become strings, as the API server's defaulting does."""
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        if not isinstance(container, dict):
+            continue
+        resources = container.get("resources") or {}
+        limits = _quantities(resources.get("limits"))
+        requests = _quantities(resources.get("requests"))
+        if limits:
+            container["resources"] = {**resources, "limits": limits, "requests": {**limits, **requests}}
+        elif requests:
+            container["resources"] = {**resources, "requests": requests}
+
+
+def _quantities(values: Any) -> dict[str, Any]:
+    """Quantities as the server serialises them: strings, even when the client sent numbers."""
+    if not isinstance(values, dict):
+        return {}
+    return {
+        k: (f"{v:g}" if isinstance(v, float) else str(v)) if isinstance(v, int | float) else v
+        for k, v in values.items()
+    }
+
+
 def _without_images(containers: Any) -> Any:
     if not isinstance(containers, list):
         return containers
@@ -62,6 +87,7 @@ def validate_update(resource: ResourceType, old: dict[str, Any], new: dict[str, 
     """Reject the changes the real server forbids on update of the main resource."""
     if resource != PODS:
         return
+    default_pod_spec(new.setdefault("spec", {}))
     name = old["metadata"]["name"]
     old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
     if old_spec.get("nodeName") != new_spec.get("nodeName"):

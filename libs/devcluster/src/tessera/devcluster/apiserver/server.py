@@ -8,6 +8,7 @@ requests go to our router and store, which close the gaps of kmock's own in-memo
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from pathlib import Path
 from types import TracebackType
@@ -20,6 +21,7 @@ import yaml
 from kmock._internal import k8s as kmock_k8s
 from kmock._internal import rendering as kmock_rendering
 
+from tessera.devcluster.apiserver import openapi
 from tessera.devcluster.apiserver.resources import NAMESPACES, ResourceRegistry, ResourceType
 from tessera.devcluster.apiserver.routes import ResourceRouter, parse_route
 from tessera.devcluster.apiserver.store import ObjectStore
@@ -49,6 +51,8 @@ class DevClusterEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         # Only the scaffold's discovery reactions: resource requests never reach kmock's own store.
         kmock_k8s.KubernetesScaffold.__attrs_post_init__(self)
         self._router = ResourceRouter(self.store, self.registry)
+        self.fallback["get /openapi/v3"] << (lambda: openapi.root_document(self.registry))
+        self.fallback["get", re.compile(r"/openapi/v3/.+")] << self._serve_openapi
         for rtype in self.registry:
             self.resources[kmock.resource(rtype.group, rtype.version, rtype.plural)] = kmock.ResourceInfo(
                 kind=rtype.kind,
@@ -89,6 +93,14 @@ class DevClusterEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             "groupVersion": types[0].api_version,
             "resources": [entry for t in types for entry in discovery_entries(t)],
         }
+
+    async def _serve_openapi(self, request: kmock_rendering.Request) -> dict[str, Any]:
+        document = openapi.group_version_document(
+            self.registry, request.url.path.removeprefix("/openapi/v3/")
+        )
+        if document is None:
+            raise kmock_k8s.KubernetesNotFoundError()
+        return document
 
     async def _serve_server_version(self, request: kmock_rendering.Request) -> dict[str, str]:
         return dict(SERVER_VERSION)

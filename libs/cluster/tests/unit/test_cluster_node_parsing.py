@@ -174,3 +174,24 @@ def test_time_sliced_capacity_is_divided_back_into_physical_gpus() -> None:
 def test_bad_replica_label_names_the_field() -> None:
     with pytest.raises(ValueError, match=r"gpu\.replicas"):
         parse_node(gfd_node_manifest("t", "Tesla-T4", 1, 15360, labels={"nvidia.com/gpu.replicas": "many"}))
+
+
+def test_gpu_node_builder_is_deterministic_and_survives_a_manifest_round_trip() -> None:
+    from tessera.cluster.builders import gpu_node
+
+    node = gpu_node("gpu-7", "A100-80GB", 8, mig_config="all-balanced")
+    assert node == gpu_node("gpu-7", "A100-80GB", 8, mig_config="all-balanced")
+    assert node.gpus[0].uuid.startswith("GPU-") and node.gpus[0].uuid != node.gpus[1].uuid
+    assert node.extended_allocatable == {
+        "nvidia.com/mig-1g.10gb": 16,
+        "nvidia.com/mig-2g.20gb": 8,
+        "nvidia.com/mig-3g.40gb": 8,
+    }
+    assert all(i.uuid and i.uuid.startswith("MIG-") for i in node.gpus[0].mig_instances)
+    parsed = parse_node(node_manifest(node))
+    assert parsed.gpus == node.gpus
+    assert parsed.interconnect == nvswitch_board(8)
+    assert parsed.extended_allocatable == node.extended_allocatable
+    shared = gpu_node("t4", "T4", 2, replicas=4)
+    assert shared.extended_allocatable == {"nvidia.com/gpu": 8}
+    assert parse_node(node_manifest(shared)).gpu_replicas == 4

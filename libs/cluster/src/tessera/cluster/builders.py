@@ -7,8 +7,13 @@ node = gfd_node_manifest("gpu-1", "NVIDIA-A100-SXM4-80GB", count=8, memory_mib=8
 from __future__ import annotations
 
 import copy
+import uuid
+from collections.abc import Mapping
 from typing import Any
 
+from tessera.cluster.catalogue.migparted import mig_parted_layout
+from tessera.cluster.catalogue.models import model as catalogue_model
+from tessera.cluster.catalogue.topologies import typical_board
 from tessera.cluster.conventions.names import (
     GPU_COUNT_LABEL,
     GPU_MEMORY_LABEL,
@@ -22,6 +27,8 @@ from tessera.cluster.conventions.names import (
     SCHEDULER_NAME,
     mig_resource_name,
 )
+from tessera.cluster.domain.gpu import Gpu, MigInstance, MigMode, MigStrategy
+from tessera.cluster.domain.node import MigConfigState, Node, Taint
 
 
 class PodManifest:
@@ -131,3 +138,69 @@ def gfd_node_manifest(
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
+
+
+def gpu_node(
+    name: str,
+    model_name: str,
+    count: int,
+    *,
+    cpu_milli: int = 64_000,
+    memory_mib: int = 512 * 1024,
+    mig_config: str | None = None,
+    replicas: int = 1,
+    labels: Mapping[str, str] | None = None,
+    taints: tuple[Taint, ...] = (),
+    sxm: bool | None = None,
+) -> Node:
+    """A domain Node with ``count`` GPUs of a catalogue model, wired as its board usually is.
+
+    UUIDs are derived from the node name, so the same call always builds the same GPUs. With a
+    ``mig_config`` (a mig-parted name) every GPU is laid out by it and MIG slices are advertised
+    per profile, as the device plugin's mixed strategy does; ``replicas`` time-slices whole GPUs.
+    """
+    if count < 0:
+        raise ValueError(f"count: must be >= 0, got {count}")
+    entry = catalogue_model(model_name)
+    layout = mig_parted_layout(mig_config, entry) if mig_config else None
+    gpus = []
+    for index in range(count):
+        instances: tuple[MigInstance, ...] = ()
+        if layout is not None and layout.profiles and entry.mig is not None:
+            instances = tuple(
+                MigInstance(
+                    i.profile, i.start, f"MIG-{uuid.uuid5(uuid.NAMESPACE_URL, f'{name}/{index}/{i.start}')}"
+                )
+                for i in entry.mig.place(layout.profiles)
+            )
+        gpus.append(
+            Gpu(
+                index=index,
+                uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'{name}/{index}')}",
+                model=entry.name,
+                memory_mib=entry.memory_mib,
+                mig_mode=MigMode.ENABLED if layout is not None and layout.mig_enabled else MigMode.DISABLED,
+                mig_instances=instances,
+            )
+        )
+    extended: dict[str, int] = {}
+    if layout is not None and layout.profiles:
+        for profile in layout.profiles:
+            key = mig_resource_name(profile)
+            extended[key] = extended.get(key, 0) + count
+    elif count:
+        extended[GPU_RESOURCE] = count * replicas
+    return Node(
+        name=name,
+        allocatable_cpu_milli=cpu_milli,
+        allocatable_memory_mib=memory_mib,
+        gpus=tuple(gpus),
+        labels=dict(labels or {}),
+        taints=taints,
+        interconnect=typical_board(entry.name, count, sxm=sxm) if count else None,
+        mig_strategy=MigStrategy.MIXED if layout is not None and layout.mig_enabled else MigStrategy.NONE,
+        mig_config=mig_config,
+        mig_config_state=MigConfigState.SUCCESS if mig_config else None,
+        gpu_replicas=replicas,
+        extended_allocatable=extended,
+    )

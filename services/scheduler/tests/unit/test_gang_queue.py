@@ -12,6 +12,7 @@ from tessera.scheduler.domain.gang.queue import (
     BackoffPolicy,
     ClusterEvent,
     GangQueue,
+    QueueOrder,
     RequeueReason,
     hints_for,
 )
@@ -122,3 +123,19 @@ def test_bad_gang_specs_name_the_field(kwargs: dict[str, float], field_name: str
 def test_a_member_of_another_gang_is_refused() -> None:
     with pytest.raises(InvalidSpec, match="members"):
         GangSpec("g", make_gang("other", 1).members)
+
+
+@pytest.mark.parametrize(
+    ("order", "expected"),
+    [(QueueOrder.SUBMITTED, ["a", "b"]), (QueueOrder.LAST_QUEUED, ["b", "a"])],
+)
+def test_a_failed_gang_keeps_its_place_or_goes_behind_depending_on_the_order(
+    order: QueueOrder, expected: list[str]
+) -> None:
+    queue = GangQueue(BackoffPolicy(initial_s=1.0, max_s=1.0), order=order)
+    queue.add(make_gang("a", 1, submitted_at=0.0))
+    queue.add(make_gang("b", 1, submitted_at=5.0))
+    assert queue.pop(10.0) is not None  # "a" is tried first and fails
+    queue.requeue("a", RequeueReason.PERMIT_TIMEOUT, now=10.0)
+    popped = [entry.name for entry in iter(lambda: queue.pop(20.0), None)]
+    assert popped == expected

@@ -49,7 +49,7 @@ def test_a_gang_that_fits_is_bound_whole_and_leaves_the_queue() -> None:
         # Total capacity is short: the gang-wide check rejects it before any member is tried.
         (1, 4, 4, "gang needs more GPUs than are free (16 > 14)"),
         # Enough GPUs in total but not in the right shape: two members reserve, the third fits nowhere.
-        (2, 3, 4, "insufficient GPU on 2 nodes"),
+        (2, 3, 4, "insufficient GPU on all 2 schedulable nodes (needs 4 idle GPUs, at most 2 on a node)"),
     ],
 )
 def test_a_gang_that_cannot_be_placed_holds_nothing(
@@ -219,3 +219,25 @@ def test_an_unhealthy_gpu_event_keeps_new_gangs_off_it() -> None:
     world.cache.set_gpu_health("n0", 0, healthy=True)
     assert world.scheduler.notify(ClusterEvent.NODE_CHANGED, now=1.0) == 1
     assert world.scheduler.run(now=1.0)[0].kind is OutcomeKind.PLACED
+
+
+def test_interleaved_pods_deadlock_without_gangs_and_not_with_them() -> None:
+    """Two 2-pod jobs whose pods arrive interleaved on one 8-GPU node: the textbook gang deadlock."""
+    pod_by_pod = assemble(cluster(1), RecordingBinder(), gangs=False)
+    for at, name in enumerate(["a-0", "b-0", "a-1", "b-1"]):
+        pod_by_pod.scheduler.submit(make_gang(name, 1, gpus=4, submitted_at=float(at)))
+    kinds = [(o.gang, o.kind) for o in pod_by_pod.scheduler.run(now=10.0)]
+    assert kinds[:2] == [("a-0", OutcomeKind.PLACED), ("b-0", OutcomeKind.PLACED)]
+    assert {kind for _, kind in kinds[2:]} == {OutcomeKind.UNSCHEDULABLE}
+    assert held_gpus(pod_by_pod) == 8  # every GPU held, and neither job can start
+
+    gangs = assemble(cluster(1), RecordingBinder())
+    gangs.scheduler.submit(make_gang("a", 2, gpus=4, submitted_at=0.0))
+    gangs.scheduler.submit(make_gang("b", 2, gpus=4, submitted_at=1.0))
+    outcomes = gangs.scheduler.run(now=10.0)
+    assert [(o.gang, o.kind) for o in outcomes] == [
+        ("a", OutcomeKind.PLACED),
+        ("b", OutcomeKind.UNSCHEDULABLE),
+    ]
+    gangs.scheduler.gang_finished("a", now=20.0)
+    assert gangs.scheduler.run(now=20.0)[0].kind is OutcomeKind.PLACED

@@ -247,3 +247,20 @@ def test_bad_plugin_args_name_the_plugin_and_field(
         build_profile(SchedulerCache(), GangRegistry(), RecordingBinder(), config)
     assert field_path in error.value.fields
     assert field_path in str(error.value)
+
+
+def test_a_pod_larger_than_any_node_is_refused_once_for_the_whole_cluster() -> None:
+    cache = SchedulerCache.rebuild(
+        [make_node("a").gpus(4).unhealthy(0).build(), make_node("b").gpus(2).build()]
+    )
+    framework = Framework(build_profile(cache, GangRegistry(), RecordingBinder(), gangs=False))
+    result = framework.schedule_pod(CycleState(), make_pod("p", gpus=5), cache.snapshot())
+    assert result.diagnosis is not None and result.diagnosis.pre_filter is not None
+    assert result.diagnosis.pre_filter.plugin == "GpuFit"
+    assert result.diagnosis.message() == (
+        "insufficient GPU on all 2 schedulable nodes (needs 5 idle GPUs, at most 4 on a node)"
+    )
+    # Four idle GPUs exist on "a", one of them unhealthy: that node is diagnosed one by one.
+    per_node = framework.schedule_pod(CycleState(), make_pod("p", gpus=4), cache.snapshot())
+    assert per_node.diagnosis is not None
+    assert per_node.diagnosis.message() == "insufficient GPU on 1 node; unhealthy GPU on 1"

@@ -162,6 +162,15 @@ class NodeInfo:
     schedulable: bool = True
     pods: frozenset[str] = frozenset()
     gang_members: Mapping[str, int] = field(default_factory=_empty_map)
+    # Derived once at construction: filters read them for every node of every cycle.
+    gpu_milli_used: int = field(init=False, repr=False, compare=False)
+    free_whole_gpus: int = field(init=False, repr=False, compare=False)
+    """Healthy GPUs with nothing on them."""
+    idle_gpus_any_health: int = field(init=False, repr=False, compare=False)
+    free_healthy_milli: int = field(init=False, repr=False, compare=False)
+    max_idle_healthy_milli: int = field(init=False, repr=False, compare=False)
+    has_unhealthy: bool = field(init=False, repr=False, compare=False)
+    models: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.topology.size != len(self.gpus):
@@ -173,6 +182,18 @@ class NodeInfo:
                 raise ValueError(
                     f"node {self.name}.gpus[{position}]: index must be {position}, got {gpu.index}"
                 )
+        healthy_idle = [MILLI_PER_GPU - gpu.milli_used for gpu in self.gpus if gpu.healthy]
+        derived = {
+            "gpu_milli_used": sum(gpu.milli_used for gpu in self.gpus),
+            "free_whole_gpus": sum(1 for idle in healthy_idle if idle == MILLI_PER_GPU),
+            "idle_gpus_any_health": sum(1 for gpu in self.gpus if gpu.milli_used == 0),
+            "free_healthy_milli": sum(healthy_idle),
+            "max_idle_healthy_milli": max(healthy_idle, default=0),
+            "has_unhealthy": len(healthy_idle) < len(self.gpus),
+            "models": frozenset(gpu.model for gpu in self.gpus),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
     @property
     def rack(self) -> str | None:
@@ -181,19 +202,6 @@ class NodeInfo:
     @property
     def gpu_count(self) -> int:
         return len(self.gpus)
-
-    @property
-    def gpu_milli_used(self) -> int:
-        return sum(gpu.milli_used for gpu in self.gpus)
-
-    @property
-    def free_whole_gpus(self) -> int:
-        """Healthy GPUs with nothing on them."""
-        return sum(1 for gpu in self.gpus if gpu.healthy and gpu.fully_idle)
-
-    @property
-    def free_healthy_milli(self) -> int:
-        return sum(gpu.idle_milli for gpu in self.gpus if gpu.healthy)
 
     def mig_free(self, profile: str) -> int:
         return self.mig_capacity.get(profile, 0) - self.mig_used.get(profile, 0)
@@ -237,6 +245,8 @@ class ClusterTotals:
     free_whole_gpus: int
     free_healthy_milli: int
     max_free_whole_gpus_on_a_node: int
+    max_idle_gpus_on_a_node: int
+    schedulable_nodes: int
 
 
 @dataclass(frozen=True)
@@ -272,14 +282,15 @@ class Snapshot:
     def totals(self) -> ClusterTotals:
         """Computed once per snapshot on first use; the snapshot never changes, so neither do they."""
         if not self._totals:
-            free = [node.free_whole_gpus for node in self.nodes.values() if node.schedulable]
+            usable = [node for node in self.nodes.values() if node.schedulable]
+            free = [node.free_whole_gpus for node in usable]
             self._totals.append(
                 ClusterTotals(
                     free_whole_gpus=sum(free),
-                    free_healthy_milli=sum(
-                        n.free_healthy_milli for n in self.nodes.values() if n.schedulable
-                    ),
+                    free_healthy_milli=sum(n.free_healthy_milli for n in usable),
                     max_free_whole_gpus_on_a_node=max(free, default=0),
+                    max_idle_gpus_on_a_node=max((n.idle_gpus_any_health for n in usable), default=0),
+                    schedulable_nodes=len(usable),
                 )
             )
         return self._totals[0]

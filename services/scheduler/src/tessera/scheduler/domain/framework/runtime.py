@@ -75,10 +75,11 @@ class Framework:
         pre = self.run_pre_filter(state, pod, snapshot)
         if not pre.ok:
             return ScheduleResult(None, Diagnosis.whole_pod(pre, len(nodes)))
+        filters = self._active_filters(state)
         feasible: list[NodeInfo] = []
         rejections: list[Status] = []
         for node in nodes:
-            status = self.run_filter(state, pod, node)
+            status = self._filter_node(filters, state, pod, node)
             if status.ok:
                 feasible.append(node)
             else:
@@ -102,13 +103,20 @@ class Framework:
         return Status.success()
 
     def run_filter(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> Status:
+        return self._filter_node(self._active_filters(state), state, pod, node)
+
+    def _active_filters(self, state: CycleState) -> list[FilterPlugin]:
+        return [plugin for plugin in self.profile.filter if plugin.name not in state.skip_filter]
+
+    @staticmethod
+    def _filter_node(
+        filters: Sequence[FilterPlugin], state: CycleState, pod: PodSpec, node: NodeInfo
+    ) -> Status:
         if not node.schedulable:
-            return Status.unresolvable(Reason.NODE_UNSCHEDULABLE)
-        for plugin in self.profile.filter:
-            if plugin.name in state.skip_filter:
-                continue
+            return _NODE_UNSCHEDULABLE
+        for plugin in filters:
             status = plugin.filter(state, pod, node)
-            if not status.ok:
+            if status.code is not Code.SUCCESS:
                 return status.by(plugin.name)
         return Status.success()
 
@@ -161,3 +169,6 @@ class Framework:
             if status.code is not Code.SKIP:
                 return status.by(plugin.name)
         return Status.error("no bind plugin handled the pod")
+
+
+_NODE_UNSCHEDULABLE = Status.unresolvable(Reason.NODE_UNSCHEDULABLE)

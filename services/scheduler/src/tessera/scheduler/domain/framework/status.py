@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -100,10 +99,11 @@ class Diagnosis:
 
     @classmethod
     def of(cls, statuses: Iterable[Status], nodes_considered: int) -> Diagnosis:
-        counts: Counter[str] = Counter()
+        counts: dict[str, int] = {}
         for status in statuses:
-            counts.update(status.reasons or (status.code.value,))
-        return cls(dict(counts), nodes_considered)
+            for reason in status.reasons or (status.code.value,):
+                counts[reason] = counts.get(reason, 0) + 1
+        return cls(counts, nodes_considered)
 
     @classmethod
     def whole_pod(cls, status: Status, nodes_considered: int) -> Diagnosis:

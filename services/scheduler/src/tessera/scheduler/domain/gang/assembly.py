@@ -8,7 +8,7 @@ from typing import Any
 
 from tessera.scheduler.domain.cache import SchedulerCache
 from tessera.scheduler.domain.framework.runtime import Framework
-from tessera.scheduler.domain.gang.queue import BackoffPolicy, GangQueue
+from tessera.scheduler.domain.gang.queue import BackoffPolicy, GangQueue, QueueOrder
 from tessera.scheduler.domain.gang.registry import GangRegistry
 from tessera.scheduler.domain.gang.scheduler import GangScheduler
 from tessera.scheduler.domain.plugins.profiles import build_profile
@@ -33,11 +33,12 @@ def assemble(
     gangs: bool = True,
     backoff: BackoffPolicy | None = None,
     max_parked_s: float = 300.0,
+    order: QueueOrder = QueueOrder.SUBMITTED,
     bound: Iterable[Allocation] = (),
 ) -> Assembly:
     """A scheduler over ``nodes`` (and any placements already ``bound``), binding through ``port``."""
     cache = SchedulerCache.rebuild(nodes, bound)
     registry = GangRegistry()
-    queue = GangQueue(backoff, max_parked_s)
+    queue = GangQueue(backoff, max_parked_s, order)
     framework = Framework(build_profile(cache, registry, port, config, gangs=gangs))
     return Assembly(cache, registry, queue, framework, GangScheduler(framework, cache, registry, queue, port))

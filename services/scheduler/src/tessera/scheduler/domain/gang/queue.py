@@ -9,6 +9,7 @@ Either way it waits out an exponential backoff before it is tried again.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -77,6 +78,16 @@ class BackoffPolicy:
         return float(min(self.max_s, self.initial_s * 2.0 ** max(0, min(attempts - 1, 62))))
 
 
+class QueueOrder(StrEnum):
+    """Which time breaks ties between gangs of equal priority."""
+
+    # When the gang was submitted: a gang keeps its place however often it fails (coscheduling).
+    SUBMITTED = "submitted"
+    # When it was last queued: a failed attempt sends it behind the others, as kube-scheduler's
+    # PrioritySort does for single pods (the queue refreshes a pod's timestamp when it is re-added).
+    LAST_QUEUED = "last_queued"
+
+
 @dataclass
 class QueuedGang:
     name: str
@@ -89,15 +100,23 @@ class QueuedGang:
     last_reason: RequeueReason | None = None
     last_message: str = ""
     seq: int = field(default=0, repr=False)
+    queued_at: float = 0.0
 
-    def sort_key(self) -> tuple[int, float, int]:
-        return (-self.priority, self.submitted_at, self.seq)
+    def sort_key(self, order: QueueOrder = QueueOrder.SUBMITTED) -> tuple[int, float, int]:
+        at = self.submitted_at if order is QueueOrder.SUBMITTED else self.queued_at
+        return (-self.priority, at, self.seq)
 
 
 class GangQueue:
-    def __init__(self, backoff: BackoffPolicy | None = None, max_parked_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        backoff: BackoffPolicy | None = None,
+        max_parked_s: float = 300.0,
+        order: QueueOrder = QueueOrder.SUBMITTED,
+    ) -> None:
         self.backoff = backoff or BackoffPolicy()
         self.max_parked_s = max_parked_s
+        self.order = order
         self._entries: dict[str, QueuedGang] = {}
         self._active: list[tuple[tuple[int, float, int], str]] = []
         self._in_active: set[str] = set()
@@ -125,7 +144,9 @@ class GangQueue:
                 self._push_active(entry)
             return
         self._seq += 1
-        entry = QueuedGang(spec.name, spec.priority, spec.submitted_at, seq=self._seq)
+        entry = QueuedGang(
+            spec.name, spec.priority, spec.submitted_at, seq=self._seq, queued_at=spec.submitted_at
+        )
         self._entries[spec.name] = entry
         self._push_active(entry)
 
@@ -159,6 +180,9 @@ class GangQueue:
         entry = self._entries[gang]
         self._in_active.discard(gang)
         entry.attempts += 1
+        entry.queued_at = now
+        self._seq += 1
+        entry.seq = self._seq
         entry.backoff_until = now + self.backoff.delay(entry.attempts)
         entry.last_reason, entry.last_message, entry.hints = reason, message, hints
         if reason is RequeueReason.UNSCHEDULABLE:
@@ -187,11 +211,12 @@ class GangQueue:
     def next_wakeup(self) -> float | None:
         """When the next backoff ends or a parked gang is flushed; None if nothing is timed."""
         times = [self._entries[n].backoff_until for n in self._backoff]
-        times += [(self._entries[n].parked_at or 0.0) + self.max_parked_s for n in self._parked]
+        if math.isfinite(self.max_parked_s):
+            times += [(self._entries[n].parked_at or 0.0) + self.max_parked_s for n in self._parked]
         return min(times, default=None)
 
     def active(self) -> tuple[str, ...]:
-        return tuple(sorted(self._in_active, key=lambda n: self._entries[n].sort_key()))
+        return tuple(sorted(self._in_active, key=lambda n: self._entries[n].sort_key(self.order)))
 
     def parked(self) -> tuple[str, ...]:
         return tuple(sorted(self._parked))
@@ -211,4 +236,4 @@ class GangQueue:
     def _push_active(self, entry: QueuedGang) -> None:
         if entry.name not in self._in_active:
             self._in_active.add(entry.name)
-            heapq.heappush(self._active, (entry.sort_key(), entry.name))
+            heapq.heappush(self._active, (entry.sort_key(self.order), entry.name))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from tessera.scheduler.domain.framework.cycle_state import CycleState, StateKey
 from tessera.scheduler.domain.framework.pod import PodSpec, Policy
-from tessera.scheduler.domain.framework.status import Reason, Status
+from tessera.scheduler.domain.framework.status import Code, Reason, Status
 from tessera.scheduler.domain.plugins.args import GpuFitArgs
 from tessera.scheduler.domain.plugins.gpu_choice import GpuSet, choose_gpus
 from tessera.scheduler.domain.snapshot import NodeInfo, Snapshot
@@ -76,16 +76,41 @@ class GpuFit:
 
     def pre_filter(self, state: CycleState, pod: PodSpec, snapshot: Snapshot) -> Status:
         state.write(GPU_CHOICE, {})
-        return Status.success() if pod.gpu_count else Status.skip()
+        if not pod.gpu_count:
+            return Status.skip()
+        most = snapshot.totals.max_idle_gpus_on_a_node
+        if not pod.fractional and pod.gpu_count > most:
+            # No node has that many idle GPUs, healthy or not: every node would say "insufficient GPU".
+            nodes = snapshot.totals.schedulable_nodes
+            return Status.unschedulable(
+                f"{Reason.INSUFFICIENT_GPU} on all {nodes:,} schedulable nodes "
+                f"(needs {pod.gpu_count} idle GPUs, at most {most} on a node)"
+            )
+        return Status.success()
 
     def filter(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> Status:
+        if not self._may_fit(pod, node):
+            return self._rejection(pod, node)
         choice = choose_gpus(pod, node, self.policy(pod), self.args.exhaustive_limit)
-        if choice is not None:
-            state.read(GPU_CHOICE)[node.name] = choice
-            return Status.success()
-        if any(not gpu.healthy for gpu in node.gpus) and _fits_ignoring_health(pod, node):
-            return Status.unschedulable(Reason.UNHEALTHY_GPU)
-        return Status.unschedulable(Reason.INSUFFICIENT_GPU)
+        if choice is None:
+            return self._rejection(pod, node)
+        state.read(GPU_CHOICE)[node.name] = choice
+        return Status.success()
+
+    def _may_fit(self, pod: PodSpec, node: NodeInfo) -> bool:
+        """A cheap bound from the node's counters; only a node that passes it is searched."""
+        if pod.fractional:
+            return node.max_idle_healthy_milli >= pod.gpu_milli
+        return node.free_whole_gpus >= pod.gpu_count
+
+    def _rejection(self, pod: PodSpec, node: NodeInfo) -> Status:
+        if node.has_unhealthy and _fits_ignoring_health(pod, node):
+            return _UNHEALTHY
+        return _INSUFFICIENT
+
+
+_INSUFFICIENT = Status(Code.UNSCHEDULABLE, (Reason.INSUFFICIENT_GPU,), "GpuFit")
+_UNHEALTHY = Status(Code.UNSCHEDULABLE, (Reason.UNHEALTHY_GPU,), "GpuFit")
 
 
 def _fits_ignoring_health(pod: PodSpec, node: NodeInfo) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -42,6 +43,7 @@ class ConsumerSpec:
     batch: int = 64
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
+    linger_s: float = 0.01
 
     @classmethod
     def configured(
@@ -110,11 +112,20 @@ class ConsumerRunner:
             delay = min(delay * 2, 5.0)
         raise asyncio.CancelledError
 
+    async def _fetch(self, sub: JetStreamContext.PullSubscription) -> list[Msg]:
+        """Wait up to a second for the first message, then take what else arrives within a few
+        milliseconds: low latency when traffic trickles, full batches when it floods."""
+        first = await sub.fetch(1, timeout=1.0)
+        if self.spec.batch > 1:
+            with contextlib.suppress(TimeoutError):
+                first += await sub.fetch(self.spec.batch - 1, timeout=self.spec.linger_s)
+        return first
+
     async def run(self) -> None:
         sub = await self._subscribe()
         while not self.stop.is_set():
             try:
-                msgs = await sub.fetch(self.spec.batch, timeout=1.0)
+                msgs = await self._fetch(sub)
             except TimeoutError:
                 continue
             except Exception:
@@ -123,27 +134,50 @@ class ConsumerRunner:
                 log.exception("fetch failed", extra={"consumer": self.spec.name})
                 await asyncio.sleep(0.5)
                 continue
-            for index, msg in enumerate(msgs):
-                if self.stop.is_set():
-                    # Hand back what was fetched but not started: redelivered at once, elsewhere or after restart.
-                    for pending in msgs[index:]:
-                        await pending.nak()
-                    break
-                await self.handle(msg)
+            await self.handle_batch(msgs)
         try:
             await sub.unsubscribe()
         except Exception:
             log.debug("unsubscribe after stop failed", exc_info=True)
 
     async def handle(self, msg: Msg) -> None:
+        await self.handle_batch([msg])
+
+    async def handle_batch(self, msgs: list[Msg]) -> None:
+        """Handle a fetched batch in one transaction, each message in its own savepoint, so one commit
+        (one WAL flush) covers the batch while a failing message rolls back alone. Commit, then ack."""
         started = time.perf_counter()
-        deliveries = msg.metadata.num_delivered or 1
-        try:
-            envelope = decode(msg.subject, msg.headers, msg.data)
-            envelope.parse()
-        except EnvelopeError as exc:
-            await self.dead_letter(msg, f"undecodable: {exc}")
+        decoded: list[tuple[Msg, Envelope]] = []
+        for msg in msgs:
+            try:
+                envelope = decode(msg.subject, msg.headers, msg.data)
+                envelope.parse()
+            except EnvelopeError as exc:
+                await self.dead_letter(msg, f"undecodable: {exc}")
+                continue
+            decoded.append((msg, envelope))
+        if not decoded:
             return
+        outcomes: list[tuple[Msg, Envelope, str | BaseException]] = []
+        try:
+            async with self.uow_factory() as uow:
+                for msg, envelope in decoded:
+                    outcomes.append((msg, envelope, await self._handle_one(uow, envelope)))
+                await uow.commit()
+        except Exception as exc:  # the commit itself failed: nothing of the batch took effect
+            log.warning(
+                "batch commit failed; retrying each message",
+                extra={"consumer": self.spec.name, "error": repr(exc)},
+            )
+            outcomes = [(msg, envelope, exc) for msg, envelope in decoded]
+        faults.hit("consumer.after_commit")
+        for msg, envelope, outcome in outcomes:
+            await self._settle(msg, envelope, outcome)
+        elapsed = (time.perf_counter() - started) / len(decoded)
+        for _ in decoded:
+            self.metrics.handle_seconds.labels(self.spec.name).observe(elapsed)
+
+    async def _handle_one(self, uow: UnitOfWork, envelope: Envelope) -> str | BaseException:
         job_token = job_id_var.set(envelope.subject)
         try:
             with span_from_headers(
@@ -153,40 +187,45 @@ class ConsumerRunner:
                 event_id=envelope.id,
                 job_id=envelope.subject,
             ) as span:
-                outcome = await self._handle_in_uow(envelope)
+                try:
+                    async with uow.session.begin_nested():
+                        if await uow.seen(self.spec.name, envelope.id):
+                            outcome = "duplicate"
+                        else:
+                            await self.spec.handler(envelope, uow)
+                            outcome = "handled"
+                except Exception as exc:
+                    span.record_exception(exc)
+                    return exc
                 span.set_attribute("outcome", outcome)
-            faults.hit("consumer.after_commit")
-            await msg.ack()
-            self.metrics.messages.labels(self.spec.name, outcome).inc()
-        except PermanentError as exc:
-            await self.dead_letter(msg, f"rejected by handler: {exc}")
-        except Exception as exc:
-            if deliveries >= self.spec.max_deliver:
-                await self.dead_letter(msg, f"failed {deliveries} times, last error: {exc!r}")
-            else:
-                delay = self.backoff(deliveries)
-                log.warning(
-                    "handler failed; will retry",
-                    extra={
-                        "consumer": self.spec.name,
-                        "event_id": envelope.id,
-                        "delay_s": delay,
-                        "error": repr(exc),
-                    },
-                )
-                await msg.nak(delay=delay)
-                self.metrics.messages.labels(self.spec.name, "retry").inc()
+                return outcome
         finally:
             job_id_var.reset(job_token)
-            self.metrics.handle_seconds.labels(self.spec.name).observe(time.perf_counter() - started)
 
-    async def _handle_in_uow(self, envelope: Envelope) -> str:
-        async with self.uow_factory() as uow:
-            if await uow.seen(self.spec.name, envelope.id):
-                return "duplicate"
-            await self.spec.handler(envelope, uow)
-            await uow.commit()
-        return "handled"
+    async def _settle(self, msg: Msg, envelope: Envelope, outcome: str | BaseException) -> None:
+        if isinstance(outcome, str):
+            await msg.ack()
+            self.metrics.messages.labels(self.spec.name, outcome).inc()
+            return
+        if isinstance(outcome, PermanentError):
+            await self.dead_letter(msg, f"rejected by handler: {outcome}")
+            return
+        deliveries = msg.metadata.num_delivered or 1
+        if deliveries >= self.spec.max_deliver:
+            await self.dead_letter(msg, f"failed {deliveries} times, last error: {outcome!r}")
+            return
+        delay = self.backoff(deliveries)
+        log.warning(
+            "handler failed; will retry",
+            extra={
+                "consumer": self.spec.name,
+                "event_id": envelope.id,
+                "delay_s": delay,
+                "error": repr(outcome),
+            },
+        )
+        await msg.nak(delay=delay)
+        self.metrics.messages.labels(self.spec.name, "retry").inc()
 
     async def dead_letter(self, msg: Msg, reason: str) -> None:
         headers = dict(msg.headers or {})

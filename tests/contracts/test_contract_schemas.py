@@ -23,7 +23,9 @@ def _pinned() -> dict[str, dict[str, Any]]:
 
 
 def test_every_published_type_is_pinned() -> None:
-    assert set(json_schemas()) == set(_pinned()), "pin new schemas with: tessera contracts export tests/contracts/pinned"
+    assert set(json_schemas()) == set(_pinned()), (
+        "pin new schemas with: tessera contracts export tests/contracts/pinned"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(_pinned()))
@@ -33,8 +35,16 @@ def test_schema_is_backward_compatible_with_its_pin(name: str) -> None:
 
 
 def test_compatibility_check_catches_a_removed_and_a_newly_required_field() -> None:
-    old = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}, "required": ["a"]}
-    new = {"type": "object", "properties": {"a": {"type": "integer"}, "c": {"type": "string"}}, "required": ["a", "c"]}
+    old = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+        "required": ["a"],
+    }
+    new = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "c": {"type": "string"}},
+        "required": ["a", "c"],
+    }
     problems = breaking_changes(old, new)
     assert ".b: removed" in problems
     assert ".c: newly required" in problems
@@ -43,7 +53,11 @@ def test_compatibility_check_catches_a_removed_and_a_newly_required_field() -> N
 
 def test_adding_an_optional_field_is_compatible() -> None:
     old = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
-    new = {"type": "object", "properties": {"a": {"type": "string"}, "z": {"type": "string"}}, "required": ["a"]}
+    new = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "z": {"type": "string"}},
+        "required": ["a"],
+    }
     assert breaking_changes(old, new) == []
 
 

@@ -17,9 +17,9 @@ class SubmitJob(Message):
     SUBJECT: ClassVar[str] = subjects.SUBMIT_JOB
     SUMMARY: ClassVar[str] = "Submit a job; answered by job_accepted or job_rejected."
 
-    job_id: Annotated[str | None, Field(description="optional client-chosen id; makes resubmission idempotent")] = (
-        None
-    )
+    job_id: Annotated[
+        str | None, Field(description="optional client-chosen id; makes resubmission idempotent")
+    ] = None
     spec: dict[str, object] = Field(description="a JobSpec; validated by admission, not by the transport")
 
     def key(self) -> str:
@@ -102,7 +102,9 @@ class GangUnschedulable(Message):
 
     job_id: str
     message: str
-    rejected_nodes: Annotated[dict[str, int], Field(description="reason -> number of nodes rejected for it")] = {}
+    rejected_nodes: Annotated[
+        dict[str, int], Field(description="reason -> number of nodes rejected for it")
+    ] = {}
 
     def key(self) -> str:
         return self.job_id

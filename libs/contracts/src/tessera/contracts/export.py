@@ -23,7 +23,8 @@ def schema_name(model: type[BaseModel]) -> str:
 def json_schemas() -> dict[str, dict[str, Any]]:
     """File name -> JSON Schema, for the job spec and every message."""
     out: dict[str, dict[str, Any]] = {}
-    for model in (JobSpec, *ALL):
+    models: list[type[BaseModel]] = [JobSpec, *ALL]
+    for model in models:
         schema = model.model_json_schema(mode="validation")
         schema["$schema"] = JSON_SCHEMA_DIALECT
         schema["$id"] = f"https://tessera.io/schemas/{schema_name(model)}.json"

@@ -36,9 +36,9 @@ class GpuRequest(_Strict):
     """GPUs per pod: a whole count, a fraction in milli-GPU, or one MIG slice."""
 
     count: Annotated[int | None, Field(ge=1, le=16, description="whole GPUs per pod")] = None
-    milli: Annotated[
-        int | None, Field(ge=1, le=999, description="a fraction of one GPU, in thousandths")
-    ] = None
+    milli: Annotated[int | None, Field(ge=1, le=999, description="a fraction of one GPU, in thousandths")] = (
+        None
+    )
     mig_profile: Annotated[
         str | None, Field(description="a MIG profile such as 1g.10gb or 3g.40gb", examples=["1g.10gb"])
     ] = None

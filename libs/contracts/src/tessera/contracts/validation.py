@@ -33,7 +33,9 @@ def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
     for err in exc.errors():
         reason = err["msg"].removeprefix("Value error, ")
         ctx: dict[str, Any] = err.get("ctx") or {}
-        if err["type"] in _FRIENDLY and (err["type"] != "string_pattern_mismatch" or ctx.get("pattern") == DNS_LABEL):
+        if err["type"] in _FRIENDLY and (
+            err["type"] != "string_pattern_mismatch" or ctx.get("pattern") == DNS_LABEL
+        ):
             reason = _FRIENDLY[err["type"]]
         errors.append(FieldError(field=field_path(err["loc"], prefix), reason=reason))
     return errors

@@ -186,3 +186,9 @@ def test_every_policy_returns_none_when_nothing_fits_and_never_mutates(kind: str
     whole = policies[kind].choose(state, PodShape(1_000, 0, 2, 1000))
     assert whole == Placement(1, (0, 1))
     assert (state.gpu_left == before[0]).all() and (state.version == before[1]).all()
+
+
+def test_fgd_with_only_cpu_typical_pods_still_places_sharing_pods() -> None:
+    cpu_only = TypicalPod(cpu_milli=1_000, num_gpu=0, gpu_milli=0, gpu_models=frozenset(), weight=1.0)
+    state = cluster((64_000, [1000, 400]))
+    assert fgd(state, ranks(0), cpu_only).choose(state, share(300)) == Placement(0, (0,))

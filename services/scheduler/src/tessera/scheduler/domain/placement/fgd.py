@@ -2,64 +2,60 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from tessera.scheduler.domain.placement.choice import NodeScoreCache, pick_best, shape_key, whole_gpus
 from tessera.scheduler.domain.placement.fragmentation import FragmentationModel
 from tessera.scheduler.domain.placement.model import MILLI_PER_GPU, Placement, PodShape
-from tessera.scheduler.domain.placement.state import BoolArray, ClusterState, FloatArray, IntArray
+from tessera.scheduler.domain.placement.state import ClusterState, FloatArray, IntArray
 
 
-@dataclass(frozen=True, slots=True)
-class Candidates:
-    """Node states after a hypothetical placement: `per_node` candidates for each of the given nodes.
+def after_placement(state: ClusterState, nodes: IntArray, pod: PodShape) -> tuple[IntArray, IntArray]:
+    """CPU left and GPU milli left of `nodes` after taking a pod that does not share a GPU.
 
-    Rows are node-major: row i * per_node + c is candidate c of node i. A sharing pod has one candidate
-    per GPU slot (`valid` says which slots fit); other pods have one.
+    A multi-GPU or whole-GPU pod takes the first fully idle GPUs (which ones does not change the
+    fragmentation: idle GPUs are alike).
     """
-
-    cpu_left: IntArray
-    gpu_left: IntArray
-    model_idx: IntArray
-    valid: BoolArray  # [nodes, per_node]
-    per_node: int
-
-
-def candidate_states(state: ClusterState, nodes: IntArray, pod: PodShape) -> Candidates:
-    """Every state `nodes` could be in after taking `pod`."""
     gpu = state.gpu_left[nodes]
-    cpu = state.cpu_left[nodes] - pod.cpu_milli
-    model = state.model_idx[nodes]
-    if pod.is_sharing:
-        slots = gpu.shape[1]
-        after = np.repeat(gpu[:, None, :], slots, axis=1)  # [S, C, G]
-        diag = np.arange(slots)
-        after[:, diag, diag] -= pod.gpu_milli
-        return Candidates(
-            cpu_left=np.repeat(cpu, slots),
-            gpu_left=after.reshape(-1, slots),
-            model_idx=np.repeat(model, slots),
-            valid=gpu >= pod.gpu_milli,
-            per_node=slots,
-        )
     if pod.num_gpu > 0:
         idle = gpu == MILLI_PER_GPU
         taken = idle & (np.cumsum(idle, axis=1) <= pod.num_gpu)
         gpu = gpu - taken * MILLI_PER_GPU
-    return Candidates(cpu, gpu, model, np.ones((nodes.size, 1), dtype=np.bool_), 1)
+    return state.cpu_left[nodes] - pod.cpu_milli, gpu
 
 
 def fragmentation_change(
     model: FragmentationModel, state: ClusterState, nodes: IntArray, pod: PodShape
-) -> tuple[FloatArray, Candidates]:
-    """Fragmentation after minus before, [nodes, per_node]; invalid candidates are +inf."""
-    cands = candidate_states(state, nodes, pod)
-    before = model.node_fragmentation(state, nodes)
-    after = model.evaluate(cands.cpu_left, cands.gpu_left, cands.model_idx).reshape(nodes.size, -1)
-    change = after - before[:, None]
-    return np.where(cands.valid, change, np.inf), cands
+) -> FloatArray:
+    """Fragmentation after minus before for each of `nodes`: [nodes, slots] for a sharing pod (one
+    column per GPU slot, +inf where the slot does not fit), [nodes, 1] otherwise."""
+    gpu = state.gpu_left[nodes]
+    cpu = state.cpu_left[nodes]
+    models = state.model_idx[nodes]
+    total, fit_count, usable = model.level_stats(gpu)
+    before = model.from_level_stats(cpu, total, fit_count, usable, models)
+    if not pod.is_sharing:
+        cpu_after, gpu_after = after_placement(state, nodes, pod)
+        return (model.evaluate(cpu_after, gpu_after, models) - before)[:, None]
+    # Only the chosen GPU changes: update the per-level statistics of each slot choice in place.
+    slots = gpu.shape[1]
+    if model.levels.size == 0:  # only CPU-only typical pods: fragmentation is proportional to idle milli
+        change_all = np.full(gpu.shape, -model.total_weight * pod.gpu_milli)
+        return np.where(gpu >= pod.gpu_milli, change_all, np.inf)
+    levels = model.levels[None, None, :]
+    old = gpu[:, :, None]
+    new = old - pod.gpu_milli
+    count_after = fit_count[:, None, :] - (old >= levels) + (new >= levels)  # [S, slots, L]
+    usable_after = usable[:, None, :] - old * (old >= levels) + new * (new >= levels)
+    after = model.from_level_stats(
+        np.repeat(cpu - pod.cpu_milli, slots),
+        np.repeat(total - pod.gpu_milli, slots),
+        count_after.reshape(-1, levels.shape[2]),
+        usable_after.reshape(-1, levels.shape[2]),
+        np.repeat(models, slots),
+    ).reshape(nodes.size, slots)
+    change: FloatArray = after - before[:, None]
+    return np.where(gpu >= pod.gpu_milli, change, np.inf)
 
 
 def fgd_score(change: FloatArray) -> FloatArray:
@@ -88,8 +84,7 @@ class FGDPolicy:
             return None
 
         def compute(stale: IntArray) -> tuple[FloatArray, IntArray]:
-            change, _ = fragmentation_change(self._model, state, stale, pod)
-            score = fgd_score(change)
+            score = fgd_score(fragmentation_change(self._model, state, stale, pod))
             best = np.argmax(score, axis=1)
             return score[np.arange(stale.size), best], best.astype(np.int64)
 

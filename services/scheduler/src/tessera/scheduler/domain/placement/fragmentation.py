@@ -66,32 +66,49 @@ class FragmentationModel:
         gpu_pods = [t for t in typical if t.num_gpu > 0]
         levels = sorted({t.gpu_milli for t in gpu_pods})
         self.levels: IntArray = np.array(levels, dtype=np.int64)
-        self.level_of: IntArray = np.array([levels.index(t.gpu_milli) for t in gpu_pods], dtype=np.int64)
-        self.cpu: IntArray = np.array([t.cpu_milli for t in gpu_pods], dtype=np.int64)
-        self.count: IntArray = np.array([t.num_gpu for t in gpu_pods], dtype=np.int64)
-        self.weight: FloatArray = np.array([t.weight for t in gpu_pods], dtype=np.float64)
-        # allowed_by_model[model, t]: may typical pod t run on that GPU model
-        self.allowed_by_model: BoolArray = np.array(
-            [[not t.gpu_models or m in t.gpu_models for t in gpu_pods] for m in state.models],
-            dtype=np.bool_,
-        ).reshape(len(state.models), len(gpu_pods))
+        # Typical GPU pods that differ only in CPU form a group; within a group, the weight of the
+        # pods a node can still run is a step function of its CPU left, tabulated once here.
+        groups: dict[tuple[int, int, tuple[bool, ...]], dict[int, float]] = {}
+        for t in gpu_pods:
+            allowed = tuple(not t.gpu_models or m in t.gpu_models for m in state.models)
+            by_cpu = groups.setdefault((levels.index(t.gpu_milli), t.num_gpu, allowed), {})
+            by_cpu[t.cpu_milli] = by_cpu.get(t.cpu_milli, 0.0) + t.weight
+        keys = list(groups)
+        self.cpu_steps: IntArray = np.array(sorted({t.cpu_milli for t in gpu_pods}), dtype=np.int64)
+        step_weight = np.zeros((self.cpu_steps.size + 1, len(keys)))  # [CPU step, group]
+        for j, key in enumerate(keys):
+            for cpu, weight in groups[key].items():
+                step_weight[np.searchsorted(self.cpu_steps, cpu) + 1, j] += weight
+        self.weight_by_cpu_step: FloatArray = np.cumsum(step_weight, axis=0)
+        self.group_level: IntArray = np.array([k[0] for k in keys], dtype=np.int64)
+        self.group_count: IntArray = np.array([k[1] for k in keys], dtype=np.int64)
+        self.group_allowed: BoolArray = (
+            np.array([k[2] for k in keys], dtype=np.bool_).reshape(len(keys), len(state.models)).T
+        )
+
+    def level_stats(self, gpu_left: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+        """Per row: idle milli in all, and per GPU level the count and idle milli of GPUs at least that big."""
+        fits = gpu_left[:, None, :] >= self.levels[None, :, None]  # [S, L, G]
+        return gpu_left.sum(axis=1), fits.sum(axis=2), (gpu_left[:, None, :] * fits).sum(axis=2)
+
+    def from_level_stats(
+        self, cpu_left: IntArray, total: IntArray, fit_count: IntArray, usable: IntArray, model_idx: IntArray
+    ) -> FloatArray:
+        """Fragmentation of each row from its CPU left, model and `level_stats`."""
+        frag: FloatArray = self.total_weight * total.astype(np.float64)
+        if self.group_level.size == 0:
+            return frag
+        # weight of the typical pods of each group that the CPU left still admits: [S, J]
+        runnable_weight = self.weight_by_cpu_step[np.searchsorted(self.cpu_steps, cpu_left, side="right")]
+        runnable_weight = runnable_weight * (
+            (fit_count[:, self.group_level] >= self.group_count) & self.group_allowed[model_idx]
+        )
+        usable_weighted: FloatArray = (runnable_weight * usable[:, self.group_level]).sum(axis=1)
+        return frag - usable_weighted
 
     def evaluate(self, cpu_left: IntArray, gpu_left: IntArray, model_idx: IntArray) -> FloatArray:
         """Fragmentation (milli-GPU) of each row: a node state given by CPU left and GPU milli left."""
-        total = gpu_left.sum(axis=1).astype(np.float64)
-        frag: FloatArray = self.total_weight * total
-        if self.weight.size == 0:
-            return frag
-        fits = gpu_left[:, None, :] >= self.levels[None, :, None]  # [S, L, G]
-        fit_count = fits.sum(axis=2)  # [S, L]
-        usable = (gpu_left[:, None, :] * fits).sum(axis=2)  # [S, L]: milli on GPUs big enough
-        runnable = (
-            (fit_count[:, self.level_of] >= self.count[None, :])
-            & (cpu_left[:, None] >= self.cpu[None, :])
-            & self.allowed_by_model[model_idx]
-        )  # [S, T]
-        usable_weighted: FloatArray = (runnable * usable[:, self.level_of]) @ self.weight
-        return frag - usable_weighted
+        return self.from_level_stats(cpu_left, *self.level_stats(gpu_left), model_idx)
 
     def node_fragmentation(self, state: ClusterState, nodes: IntArray | None = None) -> FloatArray:
         """Current fragmentation of `nodes` (all nodes by default)."""

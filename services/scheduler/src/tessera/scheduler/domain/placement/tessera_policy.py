@@ -101,8 +101,9 @@ class TesseraPolicy:
             return None
 
         def compute(stale: IntArray) -> tuple[FloatArray, IntArray]:
-            change, _ = fragmentation_change(self._model, state, stale, pod)
-            change = np.round(change, _SCORE_DECIMALS)  # +inf where the GPU does not fit
+            change = np.round(
+                fragmentation_change(self._model, state, stale, pod), _SCORE_DECIMALS
+            )  # +inf where the GPU does not fit
             best = np.argmin(change, axis=1)
             if pod.is_sharing:  # best fit among the GPUs of equal fragmentation growth
                 top = change <= change[np.arange(stale.size), best][:, None]

@@ -1,7 +1,7 @@
 """The `Cluster` port on a real (or emulated) Kubernetes API server, with the official client.
 
-Every blocking client call runs in a worker thread (``asyncio.to_thread``) and every watch stream
-on a thread of its own, so the event loop never waits on the network. Requests ask for the raw
+Every blocking client call runs on the adapter's own thread pool and every watch stream on a
+thread of its own, so the event loop never waits on the network. Requests ask for the raw
 response (``_preload_content=False``) and the JSON is parsed by Tessera's own parsers: that is both
 faster and immune to the client's model validation, which rejects the Status the server answers a
 Binding with (kubernetes-client/python#825).
@@ -10,9 +10,11 @@ Binding with (kubernetes-client/python#825).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from kubernetes import client as k8s
@@ -37,6 +39,7 @@ from tessera.cluster.port import (
     AlreadyBound,
     ConfigMap,
     ConfigMapMutation,
+    Conflict,
     Listing,
     NotFound,
     PodSelector,
@@ -48,13 +51,23 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+_BIND_ATTEMPTS = 3
 
 
 class KubernetesCluster:
-    """The Cluster port over an ``ApiClient`` (see :func:`api_client` for ways to build one)."""
+    """The Cluster port over an ``ApiClient`` (see :func:`api_client` for ways to build one).
+
+    Calls run on a pool of ``max_workers`` threads of its own, so a burst of bindings neither
+    waits on nor starves the event loop's default executor.
+    """
 
     def __init__(
-        self, api: k8s.ApiClient, *, watch_timeout_seconds: int = 300, request_timeout: float = 30.0
+        self,
+        api: k8s.ApiClient,
+        *,
+        watch_timeout_seconds: int = 300,
+        request_timeout: float = 30.0,
+        max_workers: int = 16,
     ) -> None:
         self._api = api
         # Typed as Any: the client's signatures want its models, and we send and read raw JSON.
@@ -62,64 +75,74 @@ class KubernetesCluster:
         self._custom: Any = k8s.CustomObjectsApi(api)
         self._watch_timeout = watch_timeout_seconds
         self._request_timeout = request_timeout
+        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="k8s-call")
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._api.close)
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._api.close)
+        self._executor.shutdown(wait=False)
 
     # ---- reads --------------------------------------------------------------------------------
 
     async def list_nodes(self) -> Listing[Node]:
-        return await self._list(lambda **kw: self._core.list_node(**kw), parse_node, {})
+        return await self._list(self._core.list_node, (), parse_node, {})
 
     def watch_nodes(self, resource_version: str) -> AsyncIterator[WatchEvent[Node]]:
-        return self._watch(lambda **kw: self._core.list_node(**kw), parse_node, resource_version, {}, "nodes")
+        return self._watch(self._core.list_node, (), parse_node, resource_version, {}, "nodes")
 
     async def list_pods(self, selector: PodSelector = PodSelector()) -> Listing[Pod]:
-        fn, params = self._pod_query(selector)
-        return await self._list(fn, parse_pod, params)
+        method, args, params = self._pod_query(selector)
+        return await self._list(method, args, parse_pod, params)
 
     def watch_pods(
         self, resource_version: str, selector: PodSelector = PodSelector()
     ) -> AsyncIterator[WatchEvent[Pod]]:
-        fn, params = self._pod_query(selector)
-        return self._watch(fn, parse_pod, resource_version, params, "pods")
+        method, args, params = self._pod_query(selector)
+        return self._watch(method, args, parse_pod, resource_version, params, "pods")
 
     async def list_pod_groups(self, namespace: str | None = None) -> Listing[PodGroup]:
-        return await self._list(self._pod_group_fn(namespace), parse_pod_group, {})
+        method, args = self._pod_group_query(namespace)
+        return await self._list(method, args, parse_pod_group, {})
 
     def watch_pod_groups(
         self, resource_version: str, namespace: str | None = None
     ) -> AsyncIterator[WatchEvent[PodGroup]]:
-        return self._watch(self._pod_group_fn(namespace), parse_pod_group, resource_version, {}, "podgroups")
+        method, args = self._pod_group_query(namespace)
+        return self._watch(method, args, parse_pod_group, resource_version, {}, "podgroups")
 
     async def get_pod(self, ref: PodRef) -> Pod:
-        raw = await self._call(
-            lambda: self._core.read_namespaced_pod(ref.name, ref.namespace, _preload_content=False)
-        )
-        return parse_pod(raw)
+        return parse_pod(await self._call(self._core.read_namespaced_pod, ref.name, ref.namespace))
 
     async def get_node(self, name: str) -> Node:
-        return parse_node(await self._call(lambda: self._core.read_node(name, _preload_content=False)))
+        return parse_node(await self._call(self._core.read_node, name))
 
     # ---- writes -------------------------------------------------------------------------------
 
     async def bind(self, ref: PodRef, node: str, assignment: DeviceAssignment | None = None) -> None:
-        """Write the device assignment (guarded by the pod's resourceVersion), then POST the Binding."""
-        pod = await self.get_pod(ref)
-        if pod.node_name:
-            raise AlreadyBound(f'pod {ref} is already assigned to node "{pod.node_name}"')
-        if assignment is not None:
+        """Write the device assignment, then POST the Binding.
+
+        The annotation is written only while the pod is still unbound: the merge patch carries the
+        resourceVersion just read, and a concurrent change (409) is reread and retried.
+        """
+        for attempt in range(_BIND_ATTEMPTS):
+            pod = await self.get_pod(ref)
+            if pod.node_name:
+                raise AlreadyBound(f'pod {ref} is already assigned to node "{pod.node_name}"')
+            if assignment is None:
+                break
             patch = {
                 "metadata": {
                     "resourceVersion": pod.resource_version,
                     "annotations": {GPU_ASSIGNMENT_ANNOTATION: encode_assignment(assignment)},
                 }
             }
-            await self._call(
-                lambda: self._core.patch_namespaced_pod(
-                    ref.name, ref.namespace, patch, _content_type=MERGE_PATCH, _preload_content=False
+            try:
+                await self._call(
+                    self._core.patch_namespaced_pod, ref.name, ref.namespace, patch, _content_type=MERGE_PATCH
                 )
-            )
+                break
+            except Conflict:
+                if attempt == _BIND_ATTEMPTS - 1:
+                    raise
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -127,10 +150,7 @@ class KubernetesCluster:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         await self._call(
-            lambda: self._core.create_namespaced_pod_binding(
-                ref.name, ref.namespace, body, _preload_content=False
-            ),
-            binding=True,
+            self._core.create_namespaced_pod_binding, ref.name, ref.namespace, body, binding=True
         )
 
     async def evict(self, ref: PodRef, grace_period_seconds: int | None = None) -> None:
@@ -141,11 +161,7 @@ class KubernetesCluster:
         }
         if grace_period_seconds is not None:
             body["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
-        await self._call(
-            lambda: self._core.create_namespaced_pod_eviction(
-                ref.name, ref.namespace, body, _preload_content=False
-            )
-        )
+        await self._call(self._core.create_namespaced_pod_eviction, ref.name, ref.namespace, body)
 
     async def patch_node(
         self,
@@ -166,9 +182,7 @@ class KubernetesCluster:
 
     async def get_config_map(self, namespace: str, name: str) -> ConfigMap | None:
         try:
-            raw = await self._call(
-                lambda: self._core.read_namespaced_config_map(name, namespace, _preload_content=False)
-            )
+            raw = await self._call(self._core.read_namespaced_config_map, name, namespace)
         except NotFound:
             return None
         return _config_map(raw)
@@ -211,47 +225,39 @@ class KubernetesCluster:
             "data": dict(data),
         }
         if current is None:
-            raw = await self._call(
-                lambda: self._core.create_namespaced_config_map(namespace, body, _preload_content=False)
-            )
+            raw = await self._call(self._core.create_namespaced_config_map, namespace, body)
         else:
             metadata["resourceVersion"] = current.resource_version
-            raw = await self._call(
-                lambda: self._core.replace_namespaced_config_map(
-                    name, namespace, body, _preload_content=False
-                )
-            )
+            raw = await self._call(self._core.replace_namespaced_config_map, name, namespace, body)
         return _config_map(raw)
 
     async def _patch_node(self, name: str, patch: dict[str, Any]) -> Node:
-        raw = await self._call(
-            lambda: self._core.patch_node(name, patch, _content_type=MERGE_PATCH, _preload_content=False)
-        )
-        return parse_node(raw)
+        return parse_node(await self._call(self._core.patch_node, name, patch, _content_type=MERGE_PATCH))
 
-    def _pod_query(self, selector: PodSelector) -> tuple[Callable[..., Any], dict[str, Any]]:
+    def _pod_query(self, selector: PodSelector) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
         params: dict[str, Any] = {}
         if (fields := selector.field_selector()) is not None:
             params["field_selector"] = fields
         if (labels := selector.label_selector()) is not None:
             params["label_selector"] = labels
         if selector.namespace is not None:
-            namespace = selector.namespace
-            return (lambda **kw: self._core.list_namespaced_pod(namespace, **kw)), params
-        return (lambda **kw: self._core.list_pod_for_all_namespaces(**kw)), params
+            return self._core.list_namespaced_pod, (selector.namespace,), params
+        return self._core.list_pod_for_all_namespaces, (), params
 
-    def _pod_group_fn(self, namespace: str | None) -> Callable[..., Any]:
+    def _pod_group_query(self, namespace: str | None) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         group, version, plural = POD_GROUP_API_GROUP, POD_GROUP_VERSION, POD_GROUP_PLURAL
         if namespace is not None:
-            return lambda **kw: self._custom.list_namespaced_custom_object(
-                group, version, namespace, plural, **kw
-            )
-        return lambda **kw: self._custom.list_cluster_custom_object(group, version, plural, **kw)
+            return self._custom.list_namespaced_custom_object, (group, version, namespace, plural)
+        return self._custom.list_cluster_custom_object, (group, version, plural)
 
     async def _list(
-        self, fn: Callable[..., Any], parse: Callable[[dict[str, Any]], T], params: dict[str, Any]
+        self,
+        method: Callable[..., Any],
+        args: tuple[Any, ...],
+        parse: Callable[[dict[str, Any]], T],
+        params: dict[str, Any],
     ) -> Listing[T]:
-        raw = await self._call(lambda: fn(_preload_content=False, **params))
+        raw = await self._call(method, *args, **params)
         items = []
         for obj in get(raw, "items", []):
             try:
@@ -262,7 +268,8 @@ class KubernetesCluster:
 
     def _watch(
         self,
-        fn: Callable[..., Any],
+        method: Callable[..., Any],
+        args: tuple[Any, ...],
         parse: Callable[[dict[str, Any]], T],
         resource_version: str,
         params: dict[str, Any],
@@ -271,7 +278,8 @@ class KubernetesCluster:
         timeout = self._watch_timeout
 
         def open_stream() -> Any:
-            return fn(
+            return method(
+                *args,
                 watch=True,
                 resource_version=resource_version,
                 timeout_seconds=timeout,
@@ -282,9 +290,15 @@ class KubernetesCluster:
 
         return stream_events(open_stream, parse, name)
 
-    async def _call(self, fn: Callable[[], Any], *, binding: bool = False) -> dict[str, Any]:
+    async def _call(
+        self, method: Callable[..., Any], *args: Any, binding: bool = False, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Run one client call on the pool, asking for the raw response, and parse its JSON body."""
+        call = functools.partial(
+            method, *args, _preload_content=False, _request_timeout=self._request_timeout, **kwargs
+        )
         try:
-            response = await asyncio.to_thread(fn)
+            response = await asyncio.get_running_loop().run_in_executor(self._executor, call)
         except ApiException as exc:
             raise translate(exc, binding=binding) from None
         data = response.data if hasattr(response, "data") else response

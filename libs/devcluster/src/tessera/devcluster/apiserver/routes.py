@@ -161,7 +161,7 @@ class ResourceRouter:
             return self._bind(route.namespace, route.name, body)
         if resource == PODS and route.name is not None and route.subresource == "eviction":
             self.store.delete(
-                PODS, route.namespace, route.name, body.get("deleteOptions", {}).get("preconditions")
+                PODS, route.namespace, route.name, (body.get("deleteOptions") or {}).get("preconditions")
             )
             return _json(_success(201), 201)
         if resource == BINDINGS:

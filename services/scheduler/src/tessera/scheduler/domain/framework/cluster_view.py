@@ -1,0 +1,82 @@
+"""The scheduler's view built from the cluster library's domain model (``tessera.cluster.domain``).
+
+The cluster model is what the watches report; :class:`NodeInfo`, :class:`PodSpec` and
+:class:`GangSpec` are what a scheduling cycle reads. Only what placement needs is carried over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import MappingProxyType
+
+from tessera.cluster.domain import GpuRequestKind, Node, Pod, PodGroup
+from tessera.cluster.domain import Link as ClusterLink
+from tessera.scheduler.domain.framework.pod import MIG_RESOURCE_PREFIX, InvalidSpec, PodSpec
+from tessera.scheduler.domain.gang.spec import GangSpec
+from tessera.scheduler.domain.snapshot import GpuInfo, Link, NodeInfo, Topology
+
+_LINKS: dict[ClusterLink, Link] = {
+    ClusterLink.SELF: Link.NVLINK,
+    ClusterLink.NVLINK: Link.NVLINK,
+    ClusterLink.PCIE_SWITCH: Link.PCIE_SWITCH,
+    ClusterLink.PCIE_HOST: Link.PCIE_HOST,
+    ClusterLink.CROSS_NUMA: Link.CROSS_NUMA,
+}
+
+
+def node_info(node: Node) -> NodeInfo:
+    """Capacity, health, wiring and MIG inventory of a cluster node, with nothing allocated yet."""
+    gpus = sorted(node.gpus, key=lambda gpu: gpu.index)
+    if [gpu.index for gpu in gpus] != list(range(len(gpus))):
+        raise InvalidSpec(f"node {node.name}.gpus", f"indices must be 0..{len(gpus) - 1}")
+    if node.interconnect is not None:
+        size = len(gpus)
+        links = tuple(tuple(_LINKS[node.interconnect.link(a, b)] for b in range(size)) for a in range(size))
+        topology = Topology(links)
+    else:
+        topology = Topology.build(len(gpus), numa_of=[gpu.numa_node or 0 for gpu in gpus])
+    mig = {
+        resource.removeprefix(MIG_RESOURCE_PREFIX): count
+        for resource, count in node.extended_allocatable.items()
+        if resource.startswith(MIG_RESOURCE_PREFIX) and count > 0
+    }
+    return NodeInfo(
+        name=node.name,
+        gpus=tuple(GpuInfo(gpu.index, gpu.model, healthy=gpu.healthy) for gpu in gpus),
+        topology=topology,
+        cpu_milli=node.allocatable_cpu_milli,
+        memory_mib=node.allocatable_memory_mib,
+        labels=MappingProxyType(dict(node.labels)),
+        mig_capacity=MappingProxyType(mig),
+        schedulable=node.ready and not node.unschedulable,
+    )
+
+
+def pod_spec(pod: Pod, gang: str) -> PodSpec:
+    """A cluster pod as a gang member; ``gang`` names its pod group (or the pod itself if alone)."""
+    request = pod.requirements.gpu
+    common = {
+        "name": pod.name,
+        "gang": gang,
+        "cpu_milli": pod.requirements.cpu_milli,
+        "memory_mib": pod.requirements.memory_mib,
+        "gpu_models": request.allowed_models,
+    }
+    if request.kind is GpuRequestKind.WHOLE:
+        return PodSpec(gpu_count=request.count, **common)  # type: ignore[arg-type]
+    if request.kind is GpuRequestKind.FRACTIONAL:
+        return PodSpec(gpu_count=1, gpu_milli=request.milli, **common)  # type: ignore[arg-type]
+    if request.kind is GpuRequestKind.MIG:
+        assert request.mig_profile is not None
+        mig = MappingProxyType({request.mig_profile: request.count})
+        return PodSpec(mig=mig, **common)  # type: ignore[arg-type]
+    return PodSpec(**common)  # type: ignore[arg-type]
+
+
+def gang_spec(group: PodGroup, members: Iterable[Pod], submitted_at: float) -> GangSpec:
+    """A PodGroup and the member pods seen so far; ``minMember`` may exceed them (members still coming)."""
+    pods = sorted(members, key=lambda pod: pod.name)
+    priority = max((pod.requirements.priority for pod in pods), default=0)
+    timeout = float(group.schedule_timeout_seconds) if group.schedule_timeout_seconds else None
+    specs = tuple(pod_spec(pod, group.key) for pod in pods)
+    return GangSpec(group.key, specs, group.min_member, priority, submitted_at, timeout)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tessera.scheduler.domain.cache import PodState
 from tessera.scheduler.domain.framework.builders import make_gang, make_node, with_members
+from tessera.scheduler.domain.framework.pod import JobClass
 from tessera.scheduler.domain.gang.assembly import Assembly, assemble
 from tessera.scheduler.domain.gang.queue import BackoffPolicy, ClusterEvent, RequeueReason
 from tessera.scheduler.domain.gang.scheduler import OutcomeKind
@@ -241,3 +244,27 @@ def test_interleaved_pods_deadlock_without_gangs_and_not_with_them() -> None:
     ]
     gangs.scheduler.gang_finished("a", now=20.0)
     assert gangs.scheduler.run(now=20.0)[0].kind is OutcomeKind.PLACED
+
+
+@pytest.mark.parametrize(
+    ("job_class", "nodes_used", "distinct_gpus"),
+    [
+        # High QoS: one replica per node.
+        (JobClass.HIGH_QOS, 4, 4),
+        # Small: all four quarter-GPU pods share one GPU of one node.
+        (JobClass.SMALL, 1, 1),
+        # Tightly coupled: one node, but each pod on its own GPU.
+        (JobClass.TIGHTLY_COUPLED, 1, 4),
+    ],
+)
+def test_job_classes_follow_the_hami_placement_practice(
+    job_class: JobClass, nodes_used: int, distinct_gpus: int
+) -> None:
+    world = assemble(cluster(4), RecordingBinder())
+    base = make_gang("job", 4, gpus=1, milli=250)
+    spec = replace(base, members=tuple(pod.for_job_class(job_class) for pod in base.members))
+    world.scheduler.submit(spec)
+    [outcome] = world.scheduler.run(now=0.0)
+    assert outcome.kind is OutcomeKind.PLACED
+    assert len(outcome.nodes) == nodes_used
+    assert len({(a.node, a.gpu_indices) for a in outcome.bound}) == distinct_gpus

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -27,6 +27,25 @@ class Policy(StrEnum):
 
     BINPACK = "binpack"
     SPREAD = "spread"
+
+
+class JobClass(StrEnum):
+    """Job classes with a known-good placement (HAMi's best practice)."""
+
+    # Spread across nodes, so one node failing takes out as few replicas as possible.
+    HIGH_QOS = "high_qos"
+    # Pack small jobs into shared GPUs, leaving whole GPUs and nodes free.
+    SMALL = "small"
+    # Keep the job on one node for fast interconnect, but spread it over that node's GPUs.
+    TIGHTLY_COUPLED = "tightly_coupled"
+
+
+# (node policy, GPU policy) per job class.
+JOB_CLASS_POLICIES: dict[JobClass, tuple[Policy, Policy]] = {
+    JobClass.HIGH_QOS: (Policy.SPREAD, Policy.BINPACK),
+    JobClass.SMALL: (Policy.BINPACK, Policy.BINPACK),
+    JobClass.TIGHTLY_COUPLED: (Policy.BINPACK, Policy.SPREAD),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +86,11 @@ class PodSpec:
         for profile, count in self.mig.items():
             if count <= 0:
                 raise InvalidSpec(f"pod {self.name}.mig[{profile!r}]", f"must be >= 1, got {count}")
+
+    def for_job_class(self, job_class: JobClass) -> PodSpec:
+        """This pod with the node and GPU policies of ``job_class``."""
+        node_policy, gpu_policy = JOB_CLASS_POLICIES[job_class]
+        return replace(self, node_policy=node_policy, gpu_policy=gpu_policy)
 
     @property
     def fractional(self) -> bool:

@@ -62,7 +62,10 @@ class GpuTopologyScore:
 
 @dataclass(frozen=True)
 class GangLocalityScore:
-    """A gang prefers fewer nodes: nodes holding its members first, then nodes in the same racks."""
+    """A gang prefers fewer nodes: nodes holding its members first, then nodes in the same racks.
+
+    A job that asks for node-level spread gets no locality preference.
+    """
 
     args: GangLocalityArgs = field(default_factory=GangLocalityArgs)
     name: str = "GangLocality"
@@ -77,6 +80,9 @@ class GangLocalityScore:
         return Status.success()
 
     def score(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> int:
+        if pod.node_policy is Policy.SPREAD:
+            # The job asked to be spread across nodes: keeping its members together would undo that.
+            return 0
         if pod.gang in node.gang_members:
             return self.args.same_node_score
         if node.rack is not None and node.rack in state.read(GANG_RACKS):

@@ -161,20 +161,30 @@ class PostgresServer(ManagedProcess):
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def prepare(self) -> None:
-        if not (self.data_dir / "PG_VERSION").exists():
-            self._initdb()
         if self._socket_dir is None:
-            # unix socket paths are limited to ~100 bytes, so keep the socket in a short /tmp path
-            self._socket_dir = Path(tempfile.mkdtemp(prefix="tessera-pgsock-"))
-            self.run_as.own(self._socket_dir)
+            self._socket_dir = self._make_socket_dir()
+        if not (self.data_dir / "PG_VERSION").exists():
+            self._initdb(self._socket_dir)
 
-    def _initdb(self) -> None:
+    def _make_socket_dir(self) -> Path:
+        # unix socket paths are limited to ~100 bytes: beside the data when short enough, else in /tmp
+        beside = self.data_dir.parent.resolve() / f"{self.data_dir.name}.sock"
+        if len(str(beside / f".s.PGSQL.{self.port}")) < 100:
+            beside.mkdir(parents=True, exist_ok=True)
+            path = beside
+        else:
+            path = Path(tempfile.mkdtemp(prefix="tessera-pgsock-"))
+        path.chmod(0o700)
+        self.run_as.own(path)
+        return path
+
+    def _initdb(self, private_dir: Path) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.run_as.own(self.data_dir)
         self.data_dir.chmod(0o700)
-        with tempfile.NamedTemporaryFile("w", prefix="tessera-pgpw-", delete=False) as pwfile:
-            pwfile.write(self.password + "\n")
-        pw_path = Path(pwfile.name)
+        # the password goes through a file in a directory only the server's account can read
+        pw_path = private_dir / "initdb.pw"
+        pw_path.write_text(self.password + "\n")
         self.run_as.own(pw_path)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         try:

@@ -254,3 +254,16 @@ async def test_nvml_and_faults_over_http(cluster: DevCluster) -> None:
     assert readings["readings"][5]["temperature_c"] >= 90
     assert missing == 404
     assert bad == 400 and "kind" in problem["message"]
+
+
+async def test_a_time_sliced_node_runs_a_pod_per_replica(cluster: DevCluster) -> None:
+    label(cluster, "gpu-0", DEVICE_PLUGIN_CONFIG_LABEL, "ts-2")
+    await eventually(lambda: allocatable(cluster, "gpu-0")["nvidia.com/gpu"] == "16")
+
+    for i in range(17):
+        run_pod(cluster, f"replica-{i}", "gpu-0", PodManifest(f"replica-{i}").scheduler().gpus(1))
+
+    await eventually(lambda: phase(cluster, "replica-16") == "Failed")
+    await eventually(lambda: all(phase(cluster, f"replica-{i}") == "Running" for i in range(16)))
+    readings = cluster.nvml_readings("gpu-0")
+    assert [len(r.pods) for r in readings] == [2] * 8

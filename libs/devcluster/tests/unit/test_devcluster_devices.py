@@ -80,3 +80,17 @@ def test_lost_gpus_are_not_allocated() -> None:
 
     with pytest.raises(AdmissionError):
         allocate(PodManifest("p").gpus(2).obj(), devices, [])
+
+
+def test_time_slicing_hands_out_replicas_least_shared_gpu_first() -> None:
+    devices = gpus(4)
+    held: list[Holding] = []
+    for i in range(8):
+        held += allocate(PodManifest(f"p{i}").gpus(1).obj(), devices, held, replicas=2)
+
+    per_gpu = [sum(1 for h in held if h.gpu_uuid == g.uuid) for g in devices]
+    assert per_gpu == [2, 2, 2, 2]
+    assert [h.gpu_uuid for h in held[:4]] == [g.uuid for g in devices]  # spread before sharing
+    assert all(h.replica and h.milli == 500 for h in held)
+    with pytest.raises(AdmissionError, match="0 free replicas"):
+        allocate(PodManifest("p9").gpus(1).obj(), devices, held, replicas=2)

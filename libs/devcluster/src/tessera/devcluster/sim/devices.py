@@ -26,6 +26,7 @@ class Holding:
     milli: int
     mig_profile: str | None = None
     mig_start: int | None = None
+    replica: bool = False  # one time-slicing replica of the GPU
 
 
 class AdmissionError(Exception):
@@ -44,8 +45,14 @@ def uses_gpus(pod: Mapping[str, Any]) -> bool:
         return False
 
 
-def allocate(pod: Mapping[str, Any], gpus: list[SimGpu], held: Iterable[Holding]) -> list[Holding]:
-    """The holdings for `pod` on a node whose devices are partly `held` by other pods."""
+def allocate(
+    pod: Mapping[str, Any], gpus: list[SimGpu], held: Iterable[Holding], replicas: int = 1
+) -> list[Holding]:
+    """The holdings for `pod` on a node whose devices are partly `held` by other pods.
+
+    With time-slicing (`replicas` > 1) each `nvidia.com/gpu` is one replica of a GPU: a GPU serves
+    up to `replicas` of them, and the least shared GPUs are handed out first.
+    """
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     try:
         demand = parse_pod_requirements(pod.get("spec") or {}, annotations).gpu
@@ -58,6 +65,24 @@ def allocate(pod: Mapping[str, Any], gpus: list[SimGpu], held: Iterable[Holding]
     match demand.kind:
         case GpuRequestKind.NONE:
             return []
+        case GpuRequestKind.WHOLE if replicas > 1:
+            slots = [
+                (g, replicas - sum(1 for h in held if h.gpu_uuid == g.uuid and h.replica))
+                for g in usable
+                if not g.mig_enabled
+            ]
+            free_slots = sum(max(0, n) for _, n in slots)
+            if free_slots < demand.count:
+                raise AdmissionError(
+                    f"Allocate failed: requested {demand.count} nvidia.com/gpu, {free_slots} free replicas"
+                )
+            picked: list[Holding] = []
+            remaining = dict((g.uuid, n) for g, n in slots)
+            for _ in range(demand.count):
+                uuid = max(remaining, key=lambda u: (remaining[u], -_index(gpus, u)))
+                remaining[uuid] -= 1
+                picked.append(Holding(uuid, MILLI_PER_GPU // replicas, replica=True))
+            return picked
         case GpuRequestKind.WHOLE:
             free = [g for g in usable if not g.mig_enabled and _used_milli(g, held) == 0]
             if len(free) < demand.count:
@@ -92,6 +117,10 @@ def allocate(pod: Mapping[str, Any], gpus: list[SimGpu], held: Iterable[Holding]
                 Holding(g.uuid, 0, inst.profile, inst.start) for g, inst in free_instances[: demand.count]
             ]
     raise AdmissionError(f"unsupported GPU request {demand}")
+
+
+def _index(gpus: list[SimGpu], uuid: str) -> int:
+    return next(g.index for g in gpus if g.uuid == uuid)
 
 
 def _used_milli(gpu: SimGpu, held: list[Holding]) -> int:

@@ -88,7 +88,7 @@ class Kubelet:
             return
         with self.ctx.lock:
             try:
-                holdings = allocate(pod, node.gpus, self.ctx.holdings_on(node_name))
+                holdings = allocate(pod, node.gpus, self.ctx.holdings_on(node_name), node.replicas)
             except AdmissionError as exc:
                 failure: str | None = str(exc)
             else:

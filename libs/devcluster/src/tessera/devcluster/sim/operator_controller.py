@@ -182,6 +182,7 @@ class GpuOperator:
             meta = obj["metadata"]
             labels = meta.setdefault("labels", {})
             replicas = gpu_operator.replicas_for(labels, (configmap or {}).get("data"))
+            node.replicas = replicas
             for key, value in gpu_operator.operator_labels(node, replicas).items():
                 if value is None:
                     labels.pop(key, None)

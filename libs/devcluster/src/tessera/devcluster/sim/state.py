@@ -52,6 +52,7 @@ class SimNode:
     attempted_mig_config: str | None = None  # the last label value the MIG manager acted on
     mig_reconfiguring: bool = False
     lost: bool = False
+    replicas: int = 1  # time-slicing replicas of the device plugin's current config
 
     @property
     def name(self) -> str:

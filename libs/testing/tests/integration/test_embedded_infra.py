@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
+import socket
+import tempfile
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
 import nats
 import pytest
 from nats.js.api import StorageType, StreamConfig
 
+from tessera.core.embedded import ComponentError, NatsServer, PostgresServer
 from tessera.core.embedded.process import pid_alive
 from tessera.testing.infra import EmbeddedServer, resolve_nats, resolve_postgres
 
@@ -165,3 +170,28 @@ async def test_fresh_databases_are_dropped_after_their_test(database_url: str, f
     existing = {r["datname"] for r in rows}
     assert fresh_database.rsplit("/", 1)[1] in existing
     assert existing.isdisjoint(_fresh_names)
+
+
+@pytest.mark.parametrize("kind", ["nats", "postgres"])
+def test_a_taken_port_fails_fast_naming_the_component_and_its_log(kind: str) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="tessera-test-busy-"))
+    workdir.chmod(0o755)
+    try:
+        with socket.socket() as blocker:
+            blocker.bind(("127.0.0.1", 0))
+            blocker.listen()
+            port = blocker.getsockname()[1]
+            server: NatsServer | PostgresServer = (
+                NatsServer(workdir / "js", port=port)
+                if kind == "nats"
+                else PostgresServer(workdir / "pg", port=port, durable=False)
+            )
+            with pytest.raises(ComponentError) as err:
+                server.start(timeout=30)
+        assert err.value.component == kind
+        assert "exited with code" in err.value.reason
+        assert err.value.log_file == server.log_file
+        assert str(server.log_file) in str(err.value)
+        assert not server.is_running
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -17,7 +17,7 @@ def admission_url(state_dir: Path = Path(".tessera")) -> str:
     endpoints = state_dir / "endpoints.json"
     if endpoints.exists():
         data = json.loads(endpoints.read_text())
-        url = data.get("admission_api") or data.get("admission_url")
+        url = data.get("admission_api_url")
         if url:
             return str(url).rstrip("/")
     return DEFAULT_ADMISSION_URL

@@ -324,3 +324,17 @@ def test_podgroups_are_served_as_a_custom_resource(api_client: client.ApiClient)
     )
     assert stored["spec"]["minMember"] == 4
     assert stored["status"]["phase"] == "Scheduled"
+
+
+def test_several_servers_in_one_process_stop_in_any_order() -> None:
+    first, second = ApiServer(), ApiServer()
+    first.start()
+    second.start()
+    first.stop()
+
+    configuration = client.Configuration()
+    configuration.host = second.url
+    version = client.VersionApi(client.ApiClient(configuration)).get_code()
+    second.stop()
+
+    assert version.git_version.endswith("tessera-devcluster")

@@ -168,22 +168,22 @@ class ApiServer:
         self.emulator = DevClusterEmulator(store=self.store, registry=registry or ResourceRegistry())
         self._host = host
         self._port = port
-        self._server: kmock.Server | None = None
+        self._runner: aiohttp.web.ServerRunner | None = None
+        self._bound_port: int | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
 
     @property
     def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the API server is not running")
-        return f"http://{self._server.host}:{self._server.port}"
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]"}.get(self._host, self._host)
+        return f"http://{host}:{self.port}"
 
     @property
     def port(self) -> int:
-        if self._server is None:
+        if self._bound_port is None:
             raise RuntimeError("the API server is not running")
-        return int(self._server.port)
+        return self._bound_port
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -194,8 +194,16 @@ class ApiServer:
 
     async def __aenter__(self) -> Self:
         await self.emulator.__aenter__()
-        self._server = kmock.Server(self.emulator, host=self._host, port=self._port or None)
-        await self._server.__aenter__()
+        # The emulator is an aiohttp low-level handler. kmock.Server would serve it too, but it
+        # also patches aiohttp's resolver process-wide, which breaks with several servers per process.
+        self._runner = aiohttp.web.ServerRunner(
+            aiohttp.web.Server(self.emulator), handle_signals=False, shutdown_timeout=2.0
+        )
+        await self._runner.setup()
+        site = aiohttp.web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        address = self._runner.addresses[0]
+        self._bound_port = int(address[1])
         self._loop = asyncio.get_running_loop()
         return self
 
@@ -207,8 +215,10 @@ class ApiServer:
     ) -> None:
         self.store.close_watches()
         await asyncio.sleep(0)  # let the open watch streams see that they are closed
-        if self._server is not None:
-            await self._server.__aexit__(exc_type, exc, tb)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+            self._bound_port = None
         await self.emulator.__aexit__(exc_type, exc, tb)
 
     # ---- background-thread mode --------------------------------------------------------------

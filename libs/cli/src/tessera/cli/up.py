@@ -99,7 +99,9 @@ def up(
     ] = Path(".tessera"),
     services: Annotated[
         list[str] | None,
-        typer.Option(help=f"Services to run, repeated or comma-separated. Default: {','.join(SERVICES)}."),
+        typer.Option(
+            help=f"Services to run (repeat or comma-separate); all six by default: {', '.join(SERVICES)}."
+        ),
     ] = None,
     nats_url: Annotated[
         str | None,
@@ -132,7 +134,9 @@ def up(
 ) -> None:
     """Run Tessera on this machine: PostgreSQL, NATS and the six services, until Ctrl-C.
 
-    Data lives under --state-dir and is reused by the next run. See endpoints.json there for URLs.
+    Data lives under --state-dir and is reused by the next run; endpoints.json there says where
+    everything is. Ports: NATS 14222, PostgreSQL 15432, services 18080-18085 when free, else free
+    ones, remembered in ports.json. Ctrl-C or SIGTERM stops the services, then NATS, then PostgreSQL.
     """
     if kubeconfig is not None and not kubeconfig.is_file():
         raise typer.BadParameter(f"{kubeconfig} is not a file", param_hint="--kubeconfig")

@@ -268,3 +268,51 @@ def test_job_classes_follow_the_hami_placement_practice(
     assert outcome.kind is OutcomeKind.PLACED
     assert len(outcome.nodes) == nodes_used
     assert len({(a.node, a.gpu_indices) for a in outcome.bound}) == distinct_gpus
+
+
+def test_state_rebuilt_after_a_restart_keeps_placed_gangs_and_evicts_half_bound_ones() -> None:
+    before = assemble(cluster(2), RecordingBinder())
+    placed = make_gang("placed", 2, gpus=4)
+    before.scheduler.submit(placed)
+    before.scheduler.run(now=0.0)
+    # "half" had two of its four members bound when the scheduler stopped.
+    half = make_gang("half", 4, gpus=2)
+    bound = list(before.cache.allocations(PodState.BOUND))
+    bound += [Allocation(f"half-{i}", "half", "n1", ((i, 1000),)) for i in range(2)]
+
+    binder = RecordingBinder()
+    after = assemble(cluster(2), binder, bound=bound, gangs_known=[placed, half])
+    assert held_gpus(after) == 10
+    [outcome] = after.scheduler.recover(now=1.0)
+    assert outcome.reason is RequeueReason.PARTIAL_AFTER_RESTART
+    assert sorted(a.pod for a in binder.evicted) == ["half-0", "half-1"]
+    assert held_gpus(after) == 8
+    [retry] = after.scheduler.run(now=2.0)
+    assert retry.kind is OutcomeKind.PLACED and len(retry.bound) == 4
+    assert after.registry.quorum_met("placed") and "placed" not in after.queue
+
+
+def test_watch_events_break_gangs_on_vanished_gpus_and_wake_parked_gangs() -> None:
+    world = assemble(cluster(1), RecordingBinder())
+    world.scheduler.submit(make_gang("job", 2, gpus=4))
+    world.scheduler.run(now=0.0)
+    # inventory_changed: the node now reports only four GPUs; the member on GPUs 4-7 is gone.
+    [broken] = world.scheduler.node_changed(make_node("n0").gpus(4).build(), now=1.0)
+    assert broken.reason is RequeueReason.NODE_LOST and len(broken.evicted) == 2
+    assert world.cache.allocations() == ()
+    world.scheduler.gang_finished("job", now=2.0)  # its job is withdrawn
+    world.scheduler.submit(make_gang("big", 1, gpus=8))
+    assert world.scheduler.run(now=100.0)[-1].kind is OutcomeKind.UNSCHEDULABLE
+    world.scheduler.node_changed(make_node("n1").gpus(8).build(), now=101.0)
+    [placed] = world.scheduler.run(now=200.0)
+    assert (placed.gang, placed.kind, placed.nodes) == ("big", OutcomeKind.PLACED, {"n1"})
+
+
+def test_slice_inventory_wakes_a_gang_waiting_for_mig_devices() -> None:
+    world = assemble([make_node("n0").gpus(0).build()], RecordingBinder())
+    gang = make_gang("mig", 1, gpus=0, mig={"1g.10gb": 1})
+    world.scheduler.submit(gang)
+    [outcome] = world.scheduler.run(now=0.0)
+    assert outcome.message == "no free MIG device of the profile 1g.10gb on 1 node"
+    world.scheduler.slices_changed("n0", {"1g.10gb": 7}, now=5.0)
+    assert world.scheduler.run(now=5.0)[0].kind is OutcomeKind.PLACED

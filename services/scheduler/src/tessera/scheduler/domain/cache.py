@@ -73,15 +73,25 @@ class SchedulerCache:
 
     # -- cluster events ------------------------------------------------------------------------
 
-    def upsert_node(self, node: NodeInfo) -> None:
-        """A node added or changed (capacity, labels, GPU inventory). Its allocations carry over."""
+    def upsert_node(self, node: NodeInfo) -> tuple[Allocation, ...]:
+        """A node added or changed (capacity, labels, GPU inventory). Its allocations carry over,
+        except those on GPUs the node no longer has: they are dropped and returned."""
         if node.pods or node.gang_members or node.cpu_used or node.memory_used or node.mig_used:
             raise CacheConflict(f"node {node.name}: upsert takes capacity only, not allocations")
-        if any(gpu.milli_used for gpu in node.gpus):
+        if node.gpu_milli_used:
             raise CacheConflict(f"node {node.name}.gpus: upsert takes capacity only, not GPU usage")
+        on_node = self._on_node.setdefault(node.name, set())
+        lost = tuple(
+            self._allocations[pod]
+            for pod in sorted(on_node)
+            if any(index >= node.gpu_count for index in self._allocations[pod].gpu_indices)
+        )
+        for allocation in lost:
+            del self._allocations[allocation.pod], self._states[allocation.pod]
+            on_node.discard(allocation.pod)
         self._base[node.name] = node
-        self._on_node.setdefault(node.name, set())
         self._rederive(node.name)
+        return lost
 
     def remove_node(self, name: str) -> tuple[Allocation, ...]:
         """A node gone; returns the allocations lost with it (their gangs must be requeued)."""

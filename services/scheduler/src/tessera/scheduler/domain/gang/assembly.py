@@ -11,6 +11,7 @@ from tessera.scheduler.domain.framework.runtime import Framework
 from tessera.scheduler.domain.gang.queue import BackoffPolicy, GangQueue, QueueOrder
 from tessera.scheduler.domain.gang.registry import GangRegistry
 from tessera.scheduler.domain.gang.scheduler import GangScheduler
+from tessera.scheduler.domain.gang.spec import GangSpec
 from tessera.scheduler.domain.plugins.profiles import build_profile
 from tessera.scheduler.domain.plugins.reserve import BindingPort
 from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
@@ -35,10 +36,16 @@ def assemble(
     max_parked_s: float = 300.0,
     order: QueueOrder = QueueOrder.SUBMITTED,
     bound: Iterable[Allocation] = (),
+    gangs_known: Iterable[GangSpec] = (),
 ) -> Assembly:
-    """A scheduler over ``nodes`` (and any placements already ``bound``), binding through ``port``."""
+    """A scheduler over ``nodes``, binding through ``port``.
+
+    After a restart, ``bound`` (the placements persisted or listed from the API) and ``gangs_known``
+    (the gangs still live) rebuild the cache and the gang registry; nothing else is needed.
+    """
+    bound = tuple(bound)
     cache = SchedulerCache.rebuild(nodes, bound)
-    registry = GangRegistry()
+    registry = GangRegistry.rebuild(gangs_known, bound)
     queue = GangQueue(backoff, max_parked_s, order)
     framework = Framework(build_profile(cache, registry, port, config, gangs=gangs))
     return Assembly(cache, registry, queue, framework, GangScheduler(framework, cache, registry, queue, port))

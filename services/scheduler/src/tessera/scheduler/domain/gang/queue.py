@@ -34,6 +34,8 @@ class RequeueReason(StrEnum):
     BIND_FAILED = "bind_failed"
     RESERVE_FAILED = "reserve_failed"
     NODE_LOST = "node_lost"
+    # Found bound below quorum when state was rebuilt (the scheduler stopped halfway through binding).
+    PARTIAL_AFTER_RESTART = "partial_after_restart"
 
 
 _CAPACITY = frozenset({ClusterEvent.CAPACITY_FREED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_CHANGED})

@@ -10,7 +10,7 @@ goes to backoff. Members that wait past the gang's timeout are rejected together
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -23,7 +23,7 @@ from tessera.scheduler.domain.framework.status import Code, Diagnosis, Reason, S
 from tessera.scheduler.domain.gang.queue import ALL_EVENTS, ClusterEvent, GangQueue, RequeueReason, hints_for
 from tessera.scheduler.domain.gang.registry import GangRegistry
 from tessera.scheduler.domain.gang.spec import GangSpec
-from tessera.scheduler.domain.snapshot import Allocation
+from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
 
 
 class EvictionPort(Protocol):
@@ -113,13 +113,44 @@ class GangScheduler:
 
     def node_lost(self, node: str, now: float) -> list[GangOutcome]:
         """A node is gone: every gang with a member there is broken, evicted whole and requeued."""
-        lost = self.cache.remove_node(node)
+        return self._broken_by(self.cache.remove_node(node), f"node {node} lost", now)
+
+    def node_changed(self, node: NodeInfo, now: float) -> list[GangOutcome]:
+        """A node added or updated by a watch or ``inventory_changed``: gangs on vanished GPUs are
+        broken; parked gangs that a new or changed node may help are woken."""
+        known = node.name in self.cache.snapshot().nodes
+        outcomes = self._broken_by(self.cache.upsert_node(node), f"GPUs of {node.name} vanished", now)
+        self.queue.on_event(ClusterEvent.NODE_CHANGED if known else ClusterEvent.NODE_ADDED, now)
+        return outcomes
+
+    def gpu_health_changed(self, node: str, index: int, healthy: bool, now: float) -> None:
+        """``gpu_unhealthy`` or a recovery. Pods already on the GPU stay (telemetry and operators
+        decide about them); new pods avoid it, and a recovery wakes the gangs it may help."""
+        self.cache.set_gpu_health(node, index, healthy)
+        if healthy:
+            self.queue.on_event(ClusterEvent.NODE_CHANGED, now)
+
+    def schedulable_changed(self, node: str, schedulable: bool, now: float) -> None:
+        """Cordon or uncordon, Ready or NotReady."""
+        self.cache.set_schedulable(node, schedulable)
+        if schedulable:
+            self.queue.on_event(ClusterEvent.NODE_CHANGED, now)
+
+    def slices_changed(self, node: str, capacity: Mapping[str, int], now: float) -> None:
+        """Slice inventory from the slicing service: the MIG devices a node now advertises."""
+        self.cache.set_mig_capacity(node, capacity)
+        self.queue.on_event(ClusterEvent.LAYOUT_CHANGED, now)
+
+    def recover(self, now: float) -> list[GangOutcome]:
+        """After state was rebuilt: evict gangs bound below quorum, and queue gangs with members left."""
         outcomes = []
-        for gang in sorted({allocation.gang for allocation in lost}):
-            for allocation in lost:
-                if allocation.gang == gang:
-                    self.registry.unmark(gang, allocation.pod)
-            outcomes.append(self._break(gang, RequeueReason.NODE_LOST, f"node {node} lost", now, lost))
+        for spec in self.registry.gangs():
+            bound = self.registry.bound(spec.name)
+            if bound and len(bound) < spec.min_available:
+                message = f"{len(bound)} of {spec.min_available} members bound when state was rebuilt"
+                outcomes.append(self._break(spec.name, RequeueReason.PARTIAL_AFTER_RESTART, message, now, ()))
+            elif self.registry.pending(spec.name):
+                self.queue.add(spec)
         return outcomes
 
     # -- the loop ------------------------------------------------------------------------------
@@ -194,6 +225,20 @@ class GangScheduler:
         return outcome
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _broken_by(self, lost: tuple[Allocation, ...], message: str, now: float) -> list[GangOutcome]:
+        outcomes = []
+        for gang in sorted({allocation.gang for allocation in lost if allocation.gang in self.registry}):
+            bound = self.registry.bound(gang)
+            gone_bound = tuple(a for a in lost if a.gang == gang and a.pod in bound)
+            for allocation in lost:
+                if allocation.gang == gang:
+                    self.registry.unmark(gang, allocation.pod)
+                    waiting = self._waiting.get(gang)
+                    if waiting is not None:
+                        waiting.members.pop(allocation.pod, None)
+            outcomes.append(self._break(gang, RequeueReason.NODE_LOST, message, now, gone_bound))
+        return outcomes
 
     def _bind_waiting(self, gang: str, now: float) -> GangOutcome:
         waiting = self._waiting.pop(gang, _Waiting())

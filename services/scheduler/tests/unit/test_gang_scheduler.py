@@ -305,7 +305,7 @@ def test_watch_events_break_gangs_on_vanished_gpus_and_wake_parked_gangs() -> No
     assert world.scheduler.run(now=100.0)[-1].kind is OutcomeKind.UNSCHEDULABLE
     world.scheduler.node_changed(make_node("n1").gpus(8).build(), now=101.0)
     [placed] = world.scheduler.run(now=200.0)
-    assert (placed.gang, placed.kind, placed.nodes) == ("big", OutcomeKind.PLACED, {"n1"})
+    assert (placed.gang, placed.kind, placed.nodes) == ("big", OutcomeKind.PLACED, frozenset({"n1"}))
 
 
 def test_slice_inventory_wakes_a_gang_waiting_for_mig_devices() -> None:

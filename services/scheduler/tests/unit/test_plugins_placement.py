@@ -264,3 +264,25 @@ def test_a_pod_larger_than_any_node_is_refused_once_for_the_whole_cluster() -> N
     per_node = framework.schedule_pod(CycleState(), make_pod("p", gpus=4), cache.snapshot())
     assert per_node.diagnosis is not None
     assert per_node.diagnosis.message() == "insufficient GPU on 1 node; unhealthy GPU on 1"
+
+
+def test_unreserve_is_idempotent_and_bind_turns_an_assumption_into_a_bound_pod() -> None:
+    cache = SchedulerCache.rebuild([sxm_node()])
+    binder = RecordingBinder(fail_on=frozenset({2}))
+    profile = build_profile(cache, GangRegistry(), binder, gangs=False)
+    framework = Framework(profile)
+    pods = [make_pod(f"p{i}", gang=f"g{i}", gpus=2) for i in range(2)]
+    states = []
+    for pod in pods:
+        state = CycleState()
+        node = framework.schedule_pod(state, pod, cache.snapshot()).node
+        assert node == "n1" and framework.run_reserve(state, pod, node).ok
+        states.append(state)
+    assert framework.run_bind(states[0], pods[0], "n1").ok
+    failed = framework.run_bind(states[1], pods[1], "n1")
+    assert failed.plugin == "DefaultBinder" and "bind failed" in failed.reasons
+    for _ in range(2):
+        framework.run_unreserve(states[1], pods[1], "n1")
+        framework.run_unreserve(states[0], pods[0], "n1")  # bound: Unreserve leaves it alone
+    assert [a.pod for a in cache.allocations()] == ["p0"]
+    assert cache.snapshot().node("n1").free_whole_gpus == 6

@@ -371,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mean over {args.seeds} seeds (counts are means too)")
         print(render(summary, integer_counts=False))
     else:
-        print(render(summary))
+        print(render([runs[0] for runs in by_scheduler.values()]))
     payload = {
         "benchmark": "B2 gang scheduling",
         "command": "python -m bench.gang " + " ".join(argv if argv is not None else sys.argv[1:]),

@@ -267,3 +267,14 @@ async def test_a_time_sliced_node_runs_a_pod_per_replica(cluster: DevCluster) ->
     await eventually(lambda: all(phase(cluster, f"replica-{i}") == "Running" for i in range(16)))
     readings = cluster.nvml_readings("gpu-0")
     assert [len(r.pods) for r in readings] == [2] * 8
+
+
+async def test_the_kubelet_rejects_a_pod_that_overflows_the_node_cpu(cluster: DevCluster) -> None:
+    run_pod(cluster, "big", "cpu-0", PodManifest("big").scheduler().requests(cpu="40"))
+    await eventually(lambda: phase(cluster, "big") == "Running")
+
+    run_pod(cluster, "bigger", "cpu-0", PodManifest("bigger").scheduler().requests(cpu="30"))
+
+    await eventually(lambda: phase(cluster, "bigger") == "Failed")
+    status = cluster.store.get(PODS, "default", "bigger")["status"]
+    assert status["reason"] == "OutOfcpu" and "requested: 30000, used: 40000" in status["message"]

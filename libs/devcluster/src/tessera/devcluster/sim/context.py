@@ -37,6 +37,8 @@ class PodDevices:
     holdings: list[Holding]
     profile: str
     running: bool = False
+    cpu_milli: int = 0
+    memory_mib: int = 0
 
 
 @dataclass

@@ -13,12 +13,15 @@ import logging
 import zlib
 from typing import Any
 
+from tessera.cluster.conventions import parse_pod_requirements
+from tessera.cluster.domain.requirements import PodRequirements
 from tessera.devcluster.apiserver.clock import rfc3339_now
 from tessera.devcluster.apiserver.errors import ApiError
 from tessera.devcluster.apiserver.resources import PODS
 from tessera.devcluster.sim.context import SIM_DURATION_ANNOTATION, PodDevices, SimContext
-from tessera.devcluster.sim.devices import AdmissionError, allocate
+from tessera.devcluster.sim.devices import AdmissionError, allocate, uses_gpus
 from tessera.devcluster.sim.nvml import SIM_PROFILE_ANNOTATION
+from tessera.devcluster.sim.state import SimNode
 
 log = logging.getLogger(__name__)
 _TERMINAL = ("Succeeded", "Failed")
@@ -26,6 +29,10 @@ _TERMINAL = ("Succeeded", "Failed")
 
 def pod_key(pod: dict[str, Any]) -> str:
     return f"{pod['metadata'].get('namespace', 'default')}/{pod['metadata']['name']}"
+
+
+def pod_requirements(pod: dict[str, Any]) -> PodRequirements:
+    return parse_pod_requirements(pod.get("spec") or {}, pod["metadata"].get("annotations") or {})
 
 
 def sim_profile(pod: dict[str, Any]) -> str:
@@ -87,19 +94,53 @@ class Kubelet:
             self._finish(key, uid, "Failed", "NodeLost", f"node {node_name} is lost")
             return
         with self.ctx.lock:
-            try:
-                holdings = allocate(pod, node.gpus, self.ctx.holdings_on(node_name), node.replicas)
-            except AdmissionError as exc:
-                failure: str | None = str(exc)
-            else:
-                failure = None
-                self.ctx.devices[key] = PodDevices(node_name, uid, holdings, sim_profile(pod))
-        if failure is not None:
-            self._finish(key, uid, "Failed", "UnexpectedAdmissionError", failure)
+            rejection = self._rejection(node, pod)
+            if rejection is None:
+                try:
+                    holdings = allocate(pod, node.gpus, self.ctx.holdings_on(node_name), node.replicas)
+                except AdmissionError as exc:
+                    rejection = ("UnexpectedAdmissionError", str(exc))
+                else:
+                    requirements = pod_requirements(pod)
+                    self.ctx.devices[key] = PodDevices(
+                        node_name,
+                        uid,
+                        holdings,
+                        sim_profile(pod),
+                        False,
+                        requirements.cpu_milli,
+                        requirements.memory_mib,
+                    )
+        if rejection is not None:
+            self._finish(key, uid, "Failed", *rejection)
             return
         self._lifecycles[key] = asyncio.get_running_loop().create_task(
             self._live(key, uid, sim_duration(pod))
         )
+
+    def _rejection(self, node: SimNode, pod: dict[str, Any]) -> tuple[str, str] | None:
+        """Why the kubelet's admission turns the pod away (reason, message), or None to admit it."""
+        try:
+            requirements = pod_requirements(pod)
+        except ValueError as exc:
+            return "UnexpectedAdmissionError", str(exc)
+        admitted = [d for d in self.ctx.devices.values() if d.node == node.name]
+        for resource, wanted, used, capacity in (
+            ("cpu", requirements.cpu_milli, sum(d.cpu_milli for d in admitted), node.spec.cpu_milli),
+            ("memory", requirements.memory_mib, sum(d.memory_mib for d in admitted), node.spec.memory_mib),
+        ):
+            if used + wanted > capacity:
+                return (
+                    f"OutOf{resource}",
+                    f"Node didn't have enough resource: {resource}, requested: {wanted}, "
+                    f"used: {used}, capacity: {capacity}",
+                )
+        if node.mig_reconfiguring and uses_gpus(pod):
+            return (
+                "UnexpectedAdmissionError",
+                "Allocate failed: the device plugin restarts for a MIG reconfiguration",
+            )
+        return None
 
     async def _live(self, key: str, uid: str, duration: float | None) -> None:
         try:

@@ -160,6 +160,71 @@ class GpuSample(Message):
         return self.gpu_uuid
 
 
+class PreemptionRequested(Message):
+    TYPE: ClassVar[str] = "io.tessera.admission.preemption_requested.v1"
+    SUBJECT: ClassVar[str] = subjects.PREEMPTION_REQUESTED
+    SUMMARY: ClassVar[str] = (
+        "Admission needs an admitted job's quota back: evict it (after a checkpoint when it can take one)."
+    )
+
+    victim_job_id: str
+    preemptor_job_id: str
+    reason: str = Field(description="InQueuePriority, InCohortReclamation or InCohortReclaimWhileBorrowing")
+    deadline: datetime = Field(description="the preemptor is admitted at the latest by then")
+    grace_period_s: float = Field(ge=0, description="time the victim gets to save state before eviction")
+    checkpointable: bool = False
+    forced: bool = Field(False, description="the deadline passed: the victim's quota is already handed on")
+
+    def key(self) -> str:
+        return self.victim_job_id
+
+
+class JobStateChanged(Message):
+    TYPE: ClassVar[str] = "io.tessera.admission.job_state_changed.v1"
+    SUBJECT: ClassVar[str] = subjects.JOB_STATE_CHANGED
+    SUMMARY: ClassVar[str] = "A job moved along its lifecycle, or the reason it waits changed."
+
+    job_id: str
+    tenant: str
+    queue: str
+    previous_state: str | None = None
+    state: str
+    reason: str
+    at: datetime
+
+    def key(self) -> str:
+        return self.job_id
+
+
+class JobFinished(Message):
+    TYPE: ClassVar[str] = "io.tessera.admission.job_finished.v1"
+    SUBJECT: ClassVar[str] = subjects.JOB_FINISHED
+    SUMMARY: ClassVar[str] = "A job left the cluster for good or was preempted: its quota is free again."
+
+    job_id: str
+    state: str = Field(description="succeeded, failed, preempted or cancelled")
+    reason: str
+    at: datetime
+
+    def key(self) -> str:
+        return self.job_id
+
+
+class ReportJobOutcome(Message):
+    TYPE: ClassVar[str] = "io.tessera.admission.report_job_outcome.v1"
+    SUBJECT: ClassVar[str] = subjects.REPORT_JOB_OUTCOME
+    SUMMARY: ClassVar[str] = (
+        "Whoever runs a job reports it running, succeeded, failed or released after a preemption."
+    )
+
+    job_id: str
+    state: str = Field(description="running, succeeded, failed or preempted (released)")
+    reason: str = ""
+
+    def key(self) -> str:
+        return self.job_id
+
+
 ALL: tuple[type[Message], ...] = (
     SubmitJob,
     JobAccepted,
@@ -169,5 +234,9 @@ ALL: tuple[type[Message], ...] = (
     GangUnschedulable,
     InventoryChanged,
     GpuSample,
+    PreemptionRequested,
+    JobStateChanged,
+    JobFinished,
+    ReportJobOutcome,
 )
 BY_TYPE: dict[str, type[Message]] = {m.TYPE: m for m in ALL}

@@ -126,6 +126,12 @@ class JobSpec(_Strict):
     checkpointable: bool = False
     estimated_duration_s: Annotated[int | None, Field(ge=1, le=90 * 24 * 3600)] = None
     labels: dict[str, str] = {}
+    priority_class: Annotated[
+        str | None,
+        Field(
+            pattern=DNS_LABEL, max_length=63, description="a priority class; its value replaces `priority`"
+        ),
+    ] = None
 
     @model_validator(mode="after")
     def _unique_group_names(self) -> Self:

@@ -42,3 +42,7 @@ GANG_PLACED = event("scheduler", "gang_placed")
 GANG_UNSCHEDULABLE = event("scheduler", "gang_unschedulable")
 INVENTORY_CHANGED = event("telemetry", "inventory_changed")
 ALL_GPU_SAMPLES = f"{ROOT}.telemetry.gpu.*"
+PREEMPTION_REQUESTED = event("admission", "preemption_requested")
+JOB_STATE_CHANGED = event("admission", "job_state_changed")
+JOB_FINISHED = event("admission", "job_finished")
+REPORT_JOB_OUTCOME = command("admission", "report_job_outcome")

@@ -10,8 +10,10 @@ from tessera.scheduler.domain.framework.cycle_state import CycleState
 from tessera.scheduler.domain.framework.pod import PodSpec, Policy
 from tessera.scheduler.domain.framework.runtime import Framework
 from tessera.scheduler.domain.gang.registry import GangRegistry
+from tessera.scheduler.domain.placement import TypicalPod
 from tessera.scheduler.domain.plugins.args import PluginArgsError
 from tessera.scheduler.domain.plugins.filters import GPU_CHOICE
+from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
 from tessera.scheduler.domain.plugins.gpu_choice import best_gpu_set, choose_gpus
 from tessera.scheduler.domain.plugins.profiles import build_profile
 from tessera.scheduler.domain.plugins.reserve import RecordingBinder
@@ -286,3 +288,48 @@ def test_unreserve_is_idempotent_and_bind_turns_an_assumption_into_a_bound_pod()
         framework.run_unreserve(states[0], pods[0], "n1")  # bound: Unreserve leaves it alone
     assert [a.pod for a in cache.allocations()] == ["p0"]
     assert cache.snapshot().node("n1").free_whole_gpus == 6
+
+
+def fgd_plugin() -> FragmentationScore:
+    # Half the workload wants a whole GPU, half wants half a GPU.
+    typical = [
+        TypicalPod(cpu_milli=0, num_gpu=1, gpu_milli=1000, gpu_models=frozenset(), weight=0.5),
+        TypicalPod(cpu_milli=0, num_gpu=1, gpu_milli=500, gpu_models=frozenset(), weight=0.5),
+    ]
+    return FragmentationScore(typical, ["A100-80GB"])
+
+
+def test_fragmentation_score_prefers_filling_a_half_used_gpu_to_breaking_a_whole_one() -> None:
+    cache = SchedulerCache.rebuild([make_node("half").gpus(2).build(), make_node("whole").gpus(2).build()])
+    occupy(cache, "half", {0: 500})
+    plugin = fgd_plugin()
+    pod = make_pod("p", gpus=1, milli=500)
+    state = CycleState()
+    framework = Framework(build_profile(cache, GangRegistry(), RecordingBinder(), gangs=False))
+    framework.schedule_pod(state, pod, cache.snapshot())
+    snapshot = cache.snapshot()
+    filling, breaking = (
+        plugin.score(state, pod, snapshot.node("half")),
+        plugin.score(state, pod, snapshot.node("whole")),
+    )
+    assert filling > 50 > breaking
+    assert plugin.score(state, make_pod("cpu-only", gpus=0), snapshot.node("whole")) == 50
+
+
+def test_fragmentation_weight_can_overrule_node_spread() -> None:
+    cache = SchedulerCache.rebuild([make_node("half").gpus(2).build(), make_node("whole").gpus(2).build()])
+    occupy(cache, "half", {0: 500})
+    pod = make_pod("p", gpus=1, milli=500, node_policy=Policy.SPREAD)
+    plain = Framework(build_profile(cache, GangRegistry(), RecordingBinder(), gangs=False))
+    assert plain.schedule_pod(CycleState(), pod, cache.snapshot()).node == "whole"
+    with_fgd = Framework(
+        build_profile(
+            cache,
+            GangRegistry(),
+            RecordingBinder(),
+            {"weights": {"Fragmentation": 5}},
+            gangs=False,
+            fragmentation=fgd_plugin(),
+        )
+    )
+    assert with_fgd.schedule_pod(CycleState(), pod, cache.snapshot()).node == "half"

@@ -12,6 +12,7 @@ from tessera.scheduler.domain.gang.queue import BackoffPolicy, GangQueue, QueueO
 from tessera.scheduler.domain.gang.registry import GangRegistry
 from tessera.scheduler.domain.gang.scheduler import GangScheduler
 from tessera.scheduler.domain.gang.spec import GangSpec
+from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
 from tessera.scheduler.domain.plugins.profiles import build_profile
 from tessera.scheduler.domain.plugins.reserve import BindingPort
 from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
@@ -37,6 +38,7 @@ def assemble(
     order: QueueOrder = QueueOrder.SUBMITTED,
     bound: Iterable[Allocation] = (),
     gangs_known: Iterable[GangSpec] = (),
+    fragmentation: FragmentationScore | None = None,
 ) -> Assembly:
     """A scheduler over ``nodes``, binding through ``port``.
 
@@ -47,5 +49,7 @@ def assemble(
     cache = SchedulerCache.rebuild(nodes, bound)
     registry = GangRegistry.rebuild(gangs_known, bound)
     queue = GangQueue(backoff, max_parked_s, order)
-    framework = Framework(build_profile(cache, registry, port, config, gangs=gangs))
+    framework = Framework(
+        build_profile(cache, registry, port, config, gangs=gangs, fragmentation=fragmentation)
+    )
     return Assembly(cache, registry, queue, framework, GangScheduler(framework, cache, registry, queue, port))

@@ -27,6 +27,7 @@ from tessera.scheduler.domain.plugins.filters import (
     MigResourceFilter,
     NodeResourcesFit,
 )
+from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
 from tessera.scheduler.domain.plugins.reserve import BindingPort, CacheReserve, DefaultBinder
 from tessera.scheduler.domain.plugins.scores import GangLocalityScore, GpuTopologyScore, NodePolicyScore
 
@@ -35,6 +36,7 @@ class ScoreWeights(PluginArgs):
     NodePolicy: int = Field(default=1, ge=1, le=100)
     GpuTopology: int = Field(default=2, ge=1, le=100)
     GangLocality: int = Field(default=1, ge=1, le=100)
+    Fragmentation: int = Field(default=2, ge=1, le=100)
 
 
 _ARGS: dict[str, type[PluginArgs]] = {
@@ -53,11 +55,13 @@ def build_profile(
     config: Mapping[str, Mapping[str, Any]] | None = None,
     *,
     gangs: bool = True,
+    fragmentation: FragmentationScore | None = None,
 ) -> Profile:
     """The scheduler's profile. ``config`` maps a plugin name to its arguments, validated here.
 
     ``gangs=False`` leaves Coscheduling out: each pod is placed and bound on its own, which is how
-    kube-scheduler places pods without a gang plugin.
+    kube-scheduler places pods without a gang plugin. ``fragmentation`` (built from the workload's
+    typical pods) adds FGD's fragmentation-aware score.
     """
     raw = dict(config or {})
     unknown = sorted(set(raw) - set(_ARGS))
@@ -80,14 +84,17 @@ def build_profile(
         permit.append(coscheduling)
     model, mig = GpuModelFilter(), MigResourceFilter()
     pre_filter += [model, mig, gpu_fit, locality]
+    score = [
+        WeightedScore(node_policy, weights.NodePolicy),
+        WeightedScore(GpuTopologyScore(), weights.GpuTopology),
+        WeightedScore(locality, weights.GangLocality),
+    ]
+    if fragmentation is not None:
+        score.append(WeightedScore(fragmentation, weights.Fragmentation))
     return Profile(
         pre_filter=pre_filter,
         filter=[model, mig, NodeResourcesFit(), gpu_fit],
-        score=[
-            WeightedScore(node_policy, weights.NodePolicy),
-            WeightedScore(GpuTopologyScore(), weights.GpuTopology),
-            WeightedScore(locality, weights.GangLocality),
-        ],
+        score=score,
         reserve=reserve,
         permit=permit,
         bind=[DefaultBinder(cache, port)],

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.devcluster.cluster_file import ClusterFileError, gpu_uuid, load_cluster
+from tessera.devcluster.cluster_file import ClusterFileError, default_cluster, gpu_uuid, load_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -18,6 +18,10 @@ def test_dev_4x8_has_four_nodes_of_eight_big_gpus() -> None:
 
     assert [n.name for n in nodes] == [f"gpu-node-{i}" for i in range(4)]
     assert {(n.gpu_model, n.gpu_count, n.gpu_memory_mib) for n in nodes} == {("A100-80GB", 8, 81920)}
+
+
+def test_the_default_cluster_is_the_dev_4x8_example() -> None:
+    assert default_cluster() == load_cluster(EXAMPLES / "dev-4x8.yaml")
 
 
 def test_the_mixed_example_mixes_models_and_sharing() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from tessera.devcluster.cluster_file import ClusterFileError, load_cluster
+from tessera.devcluster.cluster_file import ClusterFileError, default_cluster, load_cluster
 from tessera.devcluster.replay import Replayer, TraceError, TracePod, load_trace
 from tessera.devcluster.sim.context import SimSettings
 from tessera.devcluster.sim.nvml import DutyCycleTrace
@@ -116,7 +116,7 @@ async def _serve(args: argparse.Namespace) -> int:
         pod_start_seconds=args.pod_start_seconds,
         mig_reconfigure_seconds=args.mig_reconfigure_seconds,
     )
-    nodes = load_cluster(args.cluster, limit=args.limit)
+    nodes = load_cluster(args.cluster, limit=args.limit) if args.cluster else default_cluster()
     trace = DutyCycleTrace.load(args.duty_cycle)
     cluster = DevCluster(nodes, settings=settings, duty_cycle=trace, host=args.host, port=args.port)
     async with cluster:

@@ -66,6 +66,12 @@ def gpu_uuid(node: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}/{index}.tessera')}"
 
 
+def default_cluster() -> list[NodeSpec]:
+    """Four nodes of eight A100-80GB GPUs, as examples/clusters/dev-4x8.yaml describes them."""
+    labels = {"topology.kubernetes.io/zone": "rack-a"}
+    return [NodeSpec(f"gpu-node-{i}", 96_000, 1_048_576, "A100-80GB", 8, 81920, labels) for i in range(4)]
+
+
 def load_cluster(path: str | Path, *, limit: int | None = None) -> list[NodeSpec]:
     """Nodes from a YAML cluster file or an openb node CSV (by extension); `limit` keeps the first N."""
     source = Path(path)

@@ -66,6 +66,7 @@ def test_a_gang_that_cannot_be_placed_holds_nothing(
     [outcome] = world.scheduler.run(now=0.0)
     assert outcome.kind is OutcomeKind.UNSCHEDULABLE
     assert outcome.message == message
+    assert outcome.pod is not None and outcome.pod.startswith("job-")
     assert held_gpus(world) == 2 * busy_per_node
     assert binder.bound == []
     assert world.registry.placed("job") == 0
@@ -316,3 +317,13 @@ def test_slice_inventory_wakes_a_gang_waiting_for_mig_devices() -> None:
     assert outcome.message == "no free MIG device of the profile 1g.10gb on 1 node"
     world.scheduler.slices_changed("n0", {"1g.10gb": 7}, now=5.0)
     assert world.scheduler.run(now=5.0)[0].kind is OutcomeKind.PLACED
+
+
+def test_resubmitting_a_placed_gang_does_not_place_it_twice() -> None:
+    world = assemble(cluster(1), RecordingBinder())
+    spec = make_gang("job", 2, gpus=2)
+    world.scheduler.submit(spec)
+    assert world.scheduler.run(now=0.0)[0].kind is OutcomeKind.PLACED
+    world.scheduler.submit(spec)
+    assert world.scheduler.run(now=1.0) == []
+    assert held_gpus(world) == 4

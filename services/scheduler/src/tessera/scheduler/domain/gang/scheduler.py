@@ -11,7 +11,7 @@ goes to backoff. Members that wait past the gang's timeout are rejected together
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
@@ -51,6 +51,8 @@ class GangOutcome:
     message: str = ""
     diagnosis: Diagnosis | None = None
     deadline: float | None = None
+    # The member that fit nowhere, for an unschedulable gang.
+    pod: str | None = None
 
     @property
     def nodes(self) -> frozenset[str]:
@@ -91,7 +93,8 @@ class GangScheduler:
     def submit(self, spec: GangSpec) -> None:
         """A new gang, or more members of a known one (a waiting gang is tried again at once)."""
         self.registry.upsert(spec)
-        self.queue.add(spec)
+        if self.registry.pending(spec.name):
+            self.queue.add(spec)
 
     def notify(self, event: ClusterEvent, now: float) -> int:
         """A cluster change: wake the parked gangs it may help."""
@@ -189,7 +192,9 @@ class GangScheduler:
     def attempt(self, gang: str, now: float) -> GangOutcome:
         waiting = self._waiting.setdefault(gang, _Waiting())
         failure: tuple[RequeueReason, Diagnosis] | None = None
+        failed_pod: str | None = None
         for pod in self.registry.pending(gang):
+            failed_pod = pod.name
             state = CycleState()
             snapshot = self.cache.snapshot()
             result = self.framework.schedule_pod(state, pod, snapshot)
@@ -209,9 +214,10 @@ class GangScheduler:
                 break
             if status.code is Code.WAIT:
                 waiting.deadline = min(waiting.deadline, now + timeout)
+            failed_pod = None
         if not self.registry.quorum_met(gang):
             if failure is not None:
-                return self._reject(gang, failure[0], failure[1], now)
+                return replace(self._reject(gang, failure[0], failure[1], now), pod=failed_pod)
             return GangOutcome(
                 gang, OutcomeKind.WAITING, deadline=waiting.deadline, message=_waiting_message(self, gang)
             )

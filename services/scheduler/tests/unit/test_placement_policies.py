@@ -192,3 +192,10 @@ def test_fgd_with_only_cpu_typical_pods_still_places_sharing_pods() -> None:
     cpu_only = TypicalPod(cpu_milli=1_000, num_gpu=0, gpu_milli=0, gpu_models=frozenset(), weight=1.0)
     state = cluster((64_000, [1000, 400]))
     assert fgd(state, ranks(0), cpu_only).choose(state, share(300)) == Placement(0, (0,))
+
+
+def test_random_shares_any_gpu_that_fits() -> None:
+    state = cluster((64_000, [1000, 200, 600]))
+    policy = RandomPolicy(seed=3)
+    seen = {policy.choose(state, share(500)) for _ in range(40)}
+    assert seen == {Placement(0, (0,)), Placement(0, (2,))}

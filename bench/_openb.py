@@ -38,16 +38,9 @@ def load_nodes(path: Path) -> list[NodeSpec]:
     """Nodes of an openb node list, in file order."""
     nodes = []
     for line, row in enumerate(_rows(path, NODE_COLUMNS), start=2):
+        cpu, memory, gpus = (_int(path, line, row, f) for f in ("cpu_milli", "memory_mib", "gpu"))
         try:
-            nodes.append(
-                NodeSpec(
-                    name=row["sn"],
-                    cpu_milli=_int(path, line, row, "cpu_milli"),
-                    memory_mib=_int(path, line, row, "memory_mib"),
-                    gpu_count=_int(path, line, row, "gpu"),
-                    model=(row["model"] or "").strip(),
-                )
-            )
+            nodes.append(NodeSpec(row["sn"], cpu, memory, gpus, (row["model"] or "").strip()))
         except PlacementInputError as e:
             raise PlacementInputError(f"{path}:{line}: {e}") from None
     if not nodes:
@@ -61,14 +54,12 @@ def load_pods(path: Path) -> list[PodShape]:
     for line, row in enumerate(_rows(path, POD_COLUMNS), start=2):
         spec = (row.get("gpu_spec") or "").strip()
         models = frozenset(m.strip() for m in spec.split("|") if m.strip())
+        cpu, memory, count, milli = (
+            _int(path, line, row, f) for f in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+        )
         try:
-            pod = PodShape(
-                cpu_milli=_int(path, line, row, "cpu_milli"),
-                memory_mib=_int(path, line, row, "memory_mib"),
-                num_gpu=_int(path, line, row, "num_gpu"),
-                gpu_milli=_int(path, line, row, "gpu_milli") if _int(path, line, row, "num_gpu") else 0,
-                gpu_models=models,
-            )
+            # gpu_milli of a GPU-less pod is meaningless in the trace; it is ignored
+            pod = PodShape(cpu, memory, count, milli if count else 0, models)
         except PlacementInputError as e:
             raise PlacementInputError(f"{path}:{line}: {e}") from None
         named.append((row["name"], pod))

@@ -86,10 +86,10 @@ def parse_seeds(text: str) -> list[int]:
                 seeds.append(int(part))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--seeds: expected a range like 42-51 or a list like 1,2,3, got {text!r}"
+            f"expected a range like 42-51 or a list like 1,2,3, got {text!r}"
         ) from None
     if not seeds:
-        raise argparse.ArgumentTypeError("--seeds: no seed given")
+        raise argparse.ArgumentTypeError("no seed given")
     return seeds
 
 
@@ -98,7 +98,7 @@ def parse_policies(text: str) -> list[str]:
     unknown = [p for p in names if p not in POLICIES]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
-            f"--policies: unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICIES)}"
+            f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICIES)}"
         )
     return names
 
@@ -108,7 +108,7 @@ def parse_variants(text: str) -> list[str]:
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
         raise argparse.ArgumentTypeError(
-            f"--variants: unknown {', '.join(unknown)}; choose from all, {', '.join(VARIANTS)}"
+            f"unknown {', '.join(unknown)}; choose from all, {', '.join(VARIANTS)}"
         )
     return names
 

@@ -199,3 +199,12 @@ def test_random_shares_any_gpu_that_fits() -> None:
     policy = RandomPolicy(seed=3)
     seen = {policy.choose(state, share(500)) for _ in range(40)}
     assert seen == {Placement(0, (0,)), Placement(0, (2,))}
+
+
+def test_tessera_sends_cpu_pods_to_gpu_less_nodes_before_starving_gpus() -> None:
+    whole = TypicalPod(cpu_milli=10_000, num_gpu=1, gpu_milli=1000, gpu_models=frozenset(), weight=1.0)
+    state = ClusterState([NodeSpec("gpu", 40_000, 65_536, 4, "T4"), NodeSpec("cpu", 40_000, 65_536, 0, "")])
+    cpu_pod = PodShape(20_000, 0)
+    assert state.feasible(cpu_pod).tolist() == [True, True]
+    assert state.feasible(PodShape(1_000, 0, 1, 500)).tolist() == [True, False]
+    assert tessera(state, ranks(0, 1), 10.0, whole).choose(state, cpu_pod) == Placement(1)

@@ -160,6 +160,44 @@ class GpuSample(Message):
         return self.gpu_uuid
 
 
+class GpuUnhealthy(Message):
+    TYPE: ClassVar[str] = "io.tessera.telemetry.gpu_unhealthy.v1"
+    SUBJECT: ClassVar[str] = subjects.GPU_UNHEALTHY
+    SUMMARY: ClassVar[str] = (
+        "A GPU is unfit for work (XID error, ECC errors, heat, power or lost); "
+        "reported once per episode, and its recovery shows in the next inventory_changed."
+    )
+
+    node: str
+    gpu_index: int
+    gpu_uuid: str
+    faults: list[str] = Field(description="what is wrong: xid, ecc, temperature, power or lost")
+    reasons: list[str] = Field(description="the readings behind each fault, for people")
+    at: datetime
+    xid: int | None = Field(None, description="the last non-benign XID error, when one is the cause")
+
+    def key(self) -> str:
+        return self.gpu_uuid
+
+
+class GpuIdle(Message):
+    TYPE: ClassVar[str] = "io.tessera.telemetry.gpu_idle.v1"
+    SUBJECT: ClassVar[str] = subjects.GPU_IDLE
+    SUMMARY: ClassVar[str] = "A GPU held by pods has done next to no work for a while: reclaim or share it."
+
+    node: str
+    gpu_index: int
+    gpu_uuid: str
+    pods: list[str] = Field(description="namespace/name of the pods holding the GPU")
+    idle_since: datetime
+    at: datetime
+    mean_utilization_pct: Annotated[float, Field(ge=0, le=100)]
+    memory_used_mib: Annotated[int, Field(ge=0)]
+
+    def key(self) -> str:
+        return self.gpu_uuid
+
+
 class PreemptionRequested(Message):
     TYPE: ClassVar[str] = "io.tessera.admission.preemption_requested.v1"
     SUBJECT: ClassVar[str] = subjects.PREEMPTION_REQUESTED
@@ -238,5 +276,7 @@ ALL: tuple[type[Message], ...] = (
     JobStateChanged,
     JobFinished,
     ReportJobOutcome,
+    GpuUnhealthy,
+    GpuIdle,
 )
 BY_TYPE: dict[str, type[Message]] = {m.TYPE: m for m in ALL}

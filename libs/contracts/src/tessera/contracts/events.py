@@ -110,6 +110,35 @@ class GangUnschedulable(Message):
         return self.job_id
 
 
+class GangFinished(Message):
+    TYPE: ClassVar[str] = "io.tessera.scheduler.gang_finished.v1"
+    SUBJECT: ClassVar[str] = subjects.GANG_FINISHED
+    SUMMARY: ClassVar[str] = "Every placed pod of the gang ended; its GPUs are free again."
+
+    job_id: str
+    succeeded: bool = Field(description="every pod ended Succeeded")
+    pods: Annotated[dict[str, str], Field(description="pod -> its last phase")] = {}
+
+    def key(self) -> str:
+        return self.job_id
+
+
+class PodsEvicted(Message):
+    TYPE: ClassVar[str] = "io.tessera.scheduler.pods_evicted.v1"
+    SUBJECT: ClassVar[str] = subjects.PODS_EVICTED
+    SUMMARY: ClassVar[str] = (
+        "The scheduler evicted pods of a gang it could not keep whole; nothing stays held."
+    )
+
+    job_id: str
+    pods: list[str]
+    reason: str = Field(description="why: bind_failed, node_lost, partial_after_restart, ...")
+    message: str = ""
+
+    def key(self) -> str:
+        return self.job_id
+
+
 class GpuInventory(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -278,5 +307,7 @@ ALL: tuple[type[Message], ...] = (
     ReportJobOutcome,
     GpuUnhealthy,
     GpuIdle,
+    GangFinished,
+    PodsEvicted,
 )
 BY_TYPE: dict[str, type[Message]] = {m.TYPE: m for m in ALL}

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from functools import lru_cache
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from tessera.core.settings import ServiceSettings
+
+
+class AuthMode(StrEnum):
+    REQUIRED = "required"
+    """Every /v1 request needs a bearer token: a tenant's token or the admin token."""
+    DISABLED = "disabled"
+    """No tokens; every caller acts as the admin (the embedded development stack)."""
 
 
 class AdmissionSettings(ServiceSettings):
@@ -16,7 +24,12 @@ class AdmissionSettings(ServiceSettings):
     )
 
     http_port: int = 8080
-    cycle_interval_s: float = Field(0.2, gt=0, description="seconds between admission cycles when idle")
+    cycle_interval_s: float = Field(0.2, gt=0, description="seconds between checks for changes when idle")
+    full_cycle_interval_s: float = Field(5.0, gt=0, description="a cycle runs at least this often")
+    auth: AuthMode = Field(
+        AuthMode.DISABLED, description="`required` in production: bearer tokens per tenant"
+    )
+    admin_token: SecretStr | None = Field(None, description="the admin bearer token (when auth is required)")
 
 
 @lru_cache

@@ -9,7 +9,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tessera.admission.adapters.orm import job_transitions, jobs
+from tessera.admission.adapters.orm import change_seq, job_transitions, jobs
 from tessera.admission.domain.model import Job, JobState, Transition
 from tessera.contracts.base import FieldError
 from tessera.contracts.jobs import JobSpec
@@ -19,8 +19,14 @@ class JobRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def add(self, job: Job, trace_headers: dict[str, str] | None = None) -> bool:
-        """Insert a new job; False if a job with that id already exists (an idempotent resubmission)."""
+    async def add(
+        self,
+        job: Job,
+        trace_headers: dict[str, str] | None = None,
+        workload: dict[str, Any] | None = None,
+    ) -> bool:
+        """Insert a new job; False if a job with that id already exists (an idempotent resubmission).
+        `workload` is the queueing view of an accepted job (pod groups and their requests)."""
         result = await self.session.execute(
             pg_insert(jobs)
             .values(
@@ -33,6 +39,8 @@ class JobRepository:
                 spec=job.spec.model_dump(mode="json") if job.spec else None,
                 errors=[e.model_dump() for e in job.errors],
                 trace_headers=trace_headers or {},
+                workload=workload,
+                cluster_queue=job.queue if workload is not None else None,
                 submitted_at=job.submitted_at,
                 updated_at=job.history[-1].at,
             )
@@ -68,35 +76,26 @@ class JobRepository:
         value = await self.session.scalar(select(jobs.c.trace_headers).where(jobs.c.id == job_id))
         return dict(value or {})
 
-    async def lock_queued(self, limit: int) -> list[Job]:
-        """The oldest queued jobs, locked so that another replica skips them."""
-        rows = (
-            (
-                await self.session.execute(
-                    select(jobs)
-                    .where(jobs.c.state == JobState.QUEUED.value)
-                    .order_by(jobs.c.submitted_at, jobs.c.id)
-                    .limit(limit)
-                    .with_for_update(skip_locked=True)
-                )
-            )
-            .mappings()
-            .all()
-        )
-        return [_to_job(row, []) for row in rows]
-
     async def save(self, job: Job, new_transitions: Sequence[Transition]) -> None:
         await self.session.execute(
             update(jobs).where(jobs.c.id == job.id).values(state=job.state.value, updated_at=func.now())
         )
+        await self.session.execute(select(change_seq.next_value()))
         await self._append(job.id, new_transitions)
 
     async def list(
-        self, *, tenant: str | None = None, state: str | None = None, limit: int = 100
+        self,
+        *,
+        tenant: str | None = None,
+        state: str | None = None,
+        queue: str | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         query = select(jobs).order_by(jobs.c.submitted_at.desc()).limit(limit)
         if tenant:
             query = query.where(jobs.c.tenant == tenant)
+        if queue:
+            query = query.where(jobs.c.queue == queue)
         if state:
             query = query.where(jobs.c.state == state)
         rows = (await self.session.execute(query)).mappings().all()

@@ -1,21 +1,30 @@
-"""REST: submit and read jobs."""
+"""REST: submit, read, cancel jobs and report their outcomes."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, HTTPException, Query, Request, status
+from fastapi import APIRouter, Body, Query, Request, status
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from tessera.admission.adapters.repository import JobRepository
-from tessera.admission.domain.model import Job, JobState
-from tessera.admission.service_layer.handlers import submit_job
+from tessera.admission.domain.model import InvalidTransition, Job, JobState
+from tessera.admission.domain.queueing import QueueingValidationError
+from tessera.admission.entrypoints.auth import Caller, ctx_of
+from tessera.admission.entrypoints.cycle import wake_cycle
+from tessera.admission.entrypoints.errors import ERRORS, ApiError, ErrorBody
+from tessera.admission.service_layer.handlers import (
+    OUTCOMES,
+    JobNotFound,
+    cancel_job,
+    report_outcome,
+    submit_job,
+)
 from tessera.contracts.base import FieldError
-from tessera.core.runner import ServiceContext
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+router = APIRouter(prefix="/v1", tags=["jobs"], responses=ERRORS)
 
 
 class TransitionOut(BaseModel):
@@ -37,16 +46,14 @@ class JobOut(BaseModel):
     history: list[TransitionOut]
 
 
-class ErrorBody(BaseModel):
-    code: str
-    message: str
-    job_id: str | None = None
-    errors: list[FieldError] = []
+class Submitted(BaseModel):
+    id: str
+    state: str
 
 
-def _ctx(request: Request) -> ServiceContext:
-    ctx: ServiceContext = request.app.state.ctx
-    return ctx
+class OutcomeIn(BaseModel):
+    state: str
+    reason: str = ""
 
 
 def _out(job: Job) -> JobOut:
@@ -67,36 +74,104 @@ def _out(job: Job) -> JobOut:
 @router.post(
     "/jobs",
     status_code=status.HTTP_201_CREATED,
+    response_model=Submitted,
     responses={422: {"model": ErrorBody, "description": "the job is invalid; each error names the field"}},
 )
-async def create_job(request: Request, spec: Annotated[dict[str, Any], Body(description="a JobSpec")]) -> Any:
-    async with _ctx(request).uow() as uow:
+async def create_job(
+    request: Request, caller: Caller, spec: Annotated[dict[str, Any], Body(description="a JobSpec")]
+) -> Any:
+    """Submit a job. A tenant's token may submit only as that tenant (to its own queue)."""
+    if not caller.admin:
+        caller.require_tenant(str(spec.get("tenant", "")), "submit jobs on behalf")
+    ctx = ctx_of(request)
+    async with ctx.uow() as uow:
         result = await submit_job(spec, uow, request.headers.get("Idempotency-Key"))
         await uow.commit()
     if result.errors:
+        first = result.errors[0]
         body = ErrorBody(
-            code="invalid_job", message="the job spec is invalid", job_id=result.job_id, errors=result.errors
+            code="invalid_job",
+            message=f"the job is rejected: {first.field}: {first.reason}",
+            field=first.field,
+            job_id=result.job_id,
+            errors=result.errors,
         )
-        return JSONResponse(body.model_dump(), status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
-    return {"id": result.job_id, "state": result.state}
+        return JSONResponse(body.model_dump(mode="json"), status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+    wake_cycle(ctx)
+    return Submitted(id=result.job_id, state=result.state)
 
 
-@router.get("/jobs/{job_id}", response_model=JobOut, responses={404: {"model": ErrorBody}})
-async def get_job(request: Request, job_id: str) -> JobOut:
-    async with _ctx(request).uow() as uow:
+async def _visible_job(request: Request, caller: Caller, job_id: str) -> Job:
+    async with ctx_of(request).uow() as uow:
         job = await JobRepository(uow.session).get(job_id)
     if job is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no job with id {job_id}")
-    return _out(job)
+        raise ApiError(404, "not_found", f"no job with id {job_id}", "job_id")
+    caller.require_tenant(job.tenant, "see or change the jobs", None)
+    return job
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut)
+async def get_job(request: Request, caller: Caller, job_id: str) -> JobOut:
+    """A job with its whole history: every transition with its time and reason."""
+    return _out(await _visible_job(request, caller, job_id))
 
 
 @router.get("/jobs", response_model=list[JobOut])
 async def list_jobs(
     request: Request,
+    caller: Caller,
     tenant: str | None = None,
+    queue: str | None = None,
     state: JobState | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[JobOut]:
-    async with _ctx(request).uow() as uow:
-        found = await JobRepository(uow.session).list(tenant=tenant, state=state, limit=limit)
+    """The most recent jobs; a tenant's token sees only that tenant's jobs."""
+    if not caller.admin:
+        if tenant is not None and tenant != caller.tenant:
+            caller.require_tenant(tenant, "list the jobs")
+        tenant = caller.tenant
+    async with ctx_of(request).uow() as uow:
+        found = await JobRepository(uow.session).list(tenant=tenant, state=state, queue=queue, limit=limit)
     return [_out(job) for job in found]
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut)
+async def cancel(request: Request, caller: Caller, job_id: str) -> JobOut:
+    """Cancel a queued or running job; the quota it held is free for the next cycle."""
+    await _visible_job(request, caller, job_id)
+    ctx = ctx_of(request)
+    try:
+        async with ctx.uow() as uow:
+            job = await cancel_job(job_id, uow, "cancelled by request")
+            await uow.commit()
+    except JobNotFound:
+        raise ApiError(404, "not_found", f"no job with id {job_id}", "job_id") from None
+    except InvalidTransition as exc:
+        raise ApiError(
+            409, "conflict", f"job {job_id} is {exc.current}: it cannot be cancelled", "state"
+        ) from None
+    wake_cycle(ctx)
+    return _out(job)
+
+
+@router.post("/jobs/{job_id}/outcome", response_model=JobOut)
+async def outcome(request: Request, caller: Caller, job_id: str, body: OutcomeIn) -> JobOut:
+    """Report a job running, succeeded, failed, or released after a preemption (admin only;
+    the same as the `report_job_outcome` command)."""
+    caller.require_admin("report job outcomes")
+    if body.state not in OUTCOMES:
+        raise ApiError(422, "invalid", f"state must be one of {', '.join(OUTCOMES)}", "state")
+    ctx = ctx_of(request)
+    async with ctx.uow() as uow:
+        try:
+            job = await report_outcome(job_id, body.state, body.reason, uow)
+        except QueueingValidationError as exc:
+            raise ApiError(422, "invalid", exc.reason, exc.field) from None
+        await uow.commit()
+    if job is None:
+        current = await _visible_job(request, caller, job_id)
+        raise ApiError(
+            409, "conflict", f"job {job_id} is {current.state}: cannot become {body.state}", "state"
+        )
+    wake_cycle(ctx)
+    return _out(job)

@@ -1,0 +1,161 @@
+"""The queueing configuration as operators write it (REST bodies and `tessera queues apply` YAML),
+and its mapping onto the pure queueing model. Pure: pydantic only, no I/O."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tessera.admission.domain.queueing import (
+    BorrowWithinCohort,
+    CohortSpec,
+    FairSharing,
+    FlavorQuotas,
+    PreemptionPolicy,
+    PreemptionTiming,
+    PriorityClass,
+    QueueingConfig,
+    QueueingStrategy,
+    QueueSpec,
+    ReclaimPolicy,
+    ResourceQuota,
+    TenantQueue,
+    WithinQueuePolicy,
+)
+
+NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+Name = Annotated[str, Field(pattern=NAME, max_length=63)]
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class QuotaDoc(_Doc):
+    """Quota of one resource; limits left out mean unlimited (up to the cohort)."""
+
+    nominal: int = Field(description="guaranteed amount (gpu: GPUs, gpu-milli, cpu: milli-CPU, memory: MiB)")
+    borrowing_limit: int | None = Field(None, description="most it may borrow beyond nominal")
+    lending_limit: int | None = Field(None, description="most of its nominal others may borrow")
+
+
+class FlavorQuotaDoc(_Doc):
+    flavor: Name = Field(description="a GPU flavor such as a100-80gb or t4")
+    resources: dict[str, int | QuotaDoc] = Field(
+        description="per resource (gpu, gpu-milli, mig-<profile>, cpu, memory): a nominal or a quota",
+        examples=[{"gpu": 8, "cpu": {"nominal": 256000}}],
+    )
+
+    def to_domain(self) -> FlavorQuotas:
+        resources = {}
+        for res, q in self.resources.items():
+            quota = QuotaDoc(nominal=q) if isinstance(q, int) else q
+            resources[res] = ResourceQuota(quota.nominal, quota.borrowing_limit, quota.lending_limit)
+        return FlavorQuotas(self.flavor, resources)
+
+
+class BorrowWithinCohortDoc(_Doc):
+    enabled: bool = False
+    max_priority_threshold: int | None = None
+
+
+class PreemptionDoc(_Doc):
+    within_queue: WithinQueuePolicy = WithinQueuePolicy.LOWER_PRIORITY
+    reclaim_within_cohort: ReclaimPolicy = ReclaimPolicy.ANY
+    borrow_within_cohort: BorrowWithinCohortDoc = BorrowWithinCohortDoc()
+
+
+class FlavorDoc(_Doc):
+    name: Name
+    gpu_model: str | None = Field(None, description="the GPU model telemetry reports, e.g. A100-80GB")
+
+
+class CohortDoc(_Doc):
+    name: Name
+    parent: Name | None = None
+    quotas: list[FlavorQuotaDoc] = []
+
+    def to_domain(self) -> CohortSpec:
+        return CohortSpec(self.name, self.parent, tuple(q.to_domain() for q in self.quotas))
+
+
+class QueueDoc(_Doc):
+    name: Name
+    cohort: Name | None = None
+    quotas: list[FlavorQuotaDoc] = Field(description="per flavor, tried in this order")
+    strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    preemption: PreemptionDoc = PreemptionDoc()
+    fair_share_weight: float = 1.0
+
+    def to_domain(self) -> QueueSpec:
+        p = self.preemption
+        policy = PreemptionPolicy(
+            p.within_queue,
+            p.reclaim_within_cohort,
+            BorrowWithinCohort(p.borrow_within_cohort.enabled, p.borrow_within_cohort.max_priority_threshold),
+        )
+        flavors = tuple(q.to_domain() for q in self.quotas)
+        return QueueSpec(self.name, flavors, self.cohort, self.strategy, policy, self.fair_share_weight)
+
+
+class TenantQueueDoc(_Doc):
+    tenant: Name
+    queue: Name
+
+
+class PriorityClassDoc(_Doc):
+    name: Name
+    value: int
+    description: str = ""
+
+
+class FairSharingDoc(_Doc):
+    enabled: bool = False
+    usage_half_life_s: float = 0.0
+    resource_weights: dict[str, float] = {}
+
+
+class TimingDoc(_Doc):
+    checkpoint_grace_s: float = 120.0
+    default_grace_s: float = 30.0
+    release_timeout_s: float = 60.0
+
+
+class QueueingDocument(_Doc):
+    """Everything `tessera queues apply` writes; absent sections are left as they are."""
+
+    flavors: list[FlavorDoc] = []
+    cohorts: list[CohortDoc] = []
+    queues: list[QueueDoc] = []
+    tenant_queues: list[TenantQueueDoc] = []
+    priority_classes: list[PriorityClassDoc] = []
+    fair_sharing: FairSharingDoc | None = None
+    preemption_timing: TimingDoc | None = None
+
+
+def build_config(
+    flavors: list[FlavorDoc],
+    cohorts: list[CohortDoc],
+    queues: list[QueueDoc],
+    tenant_queues: list[TenantQueueDoc],
+    priority_classes: list[PriorityClassDoc],
+    fair_sharing: FairSharingDoc | None,
+    timing: TimingDoc | None,
+) -> QueueingConfig:
+    """Check and build; raises `QueueingValidationError` naming the field."""
+    fs = fair_sharing or FairSharingDoc()
+    t = timing or TimingDoc()
+    return QueueingConfig.build(
+        flavors=[f.name for f in flavors],
+        queues=[q.to_domain() for q in queues],
+        cohorts=[c.to_domain() for c in cohorts],
+        tenant_queues=[TenantQueue(tq.tenant, tq.queue) for tq in tenant_queues],
+        priority_classes=[PriorityClass(p.name, p.value) for p in priority_classes],
+        fair_sharing=FairSharing(fs.enabled, fs.usage_half_life_s, dict(fs.resource_weights)),
+        timing=PreemptionTiming(t.checkpoint_grace_s, t.default_grace_s, t.release_timeout_s),
+    )
+
+
+def dump(doc: BaseModel) -> dict[str, Any]:
+    return doc.model_dump(mode="json", exclude_none=False)

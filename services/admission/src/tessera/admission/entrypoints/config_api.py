@@ -1,0 +1,198 @@
+"""REST over the queueing configuration: flavors, cohorts, queues, tenant queues and priority
+classes (list, get, create, update, delete), a whole document at once (`PUT /v1/config`, what
+`tessera queues apply` sends), queue status, and tenant tokens. Writes are for the admin token;
+every write is checked whole by the domain (negative quota, cohort cycles, unknown flavors...)."""
+
+# No `from __future__ import annotations`: the route factory's body types must be real objects.
+
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from fastapi import APIRouter, Request, status
+from pydantic import BaseModel
+from sqlalchemy import insert
+
+from tessera.admission.adapters.config_repository import ConfigRepository, StoredConfig
+from tessera.admission.adapters.orm import tokens
+from tessera.admission.domain.documents import (
+    CohortDoc,
+    FlavorDoc,
+    PriorityClassDoc,
+    QueueDoc,
+    QueueingDocument,
+    TenantQueueDoc,
+)
+from tessera.admission.domain.queueing import QueueingValidationError
+from tessera.admission.entrypoints.auth import Caller, ctx_of, hash_token, new_token
+from tessera.admission.entrypoints.cycle import wake_cycle
+from tessera.admission.entrypoints.errors import ERRORS, ApiError, not_found
+from tessera.admission.entrypoints.queue_status import QueueStatus, queue_status
+from tessera.admission.service_layer.handlers import hold_cycle_off
+
+router = APIRouter(prefix="/v1", responses=ERRORS)
+
+
+async def _write(request: Request, change: Callable[[StoredConfig], StoredConfig]) -> StoredConfig:
+    ctx = ctx_of(request)
+    async with ctx.uow() as uow:
+        await hold_cycle_off(uow)
+        repo = ConfigRepository(uow.session)
+        before = await repo.load()
+        after = change(before)
+        try:
+            after.build()
+        except QueueingValidationError as exc:
+            raise ApiError(422, "invalid_config", f"{exc.field}: {exc.reason}", exc.field) from None
+        await repo.save(before, after)
+        await uow.commit()
+    wake_cycle(ctx)
+    return after
+
+
+async def _read(request: Request) -> StoredConfig:
+    async with ctx_of(request).uow() as uow:
+        return await ConfigRepository(uow.session).load()
+
+
+def _crud(path: str, model: type[BaseModel], key: str, attr: str, what: str) -> None:
+    tag: list[str | Enum] = [path]
+
+    def items(cfg: StoredConfig) -> list[Any]:
+        return list(getattr(cfg, attr))
+
+    def replace(cfg: StoredConfig, values: list[Any]) -> StoredConfig:
+        data = dict(cfg.__dict__)
+        data[attr] = values
+        return StoredConfig(**data)
+
+    @router.get(f"/{path}", tags=tag, response_model=list[model], summary=f"List {what}s")  # type: ignore[valid-type]
+    async def list_items(request: Request, caller: Caller) -> Any:
+        return items(await _read(request))
+
+    @router.get(f"/{path}/{{name}}", tags=tag, response_model=model, summary=f"Get a {what}")
+    async def get_item(request: Request, caller: Caller, name: str) -> Any:
+        for item in items(await _read(request)):
+            if getattr(item, key) == name:
+                return item
+        raise not_found(what, name)
+
+    @router.post(
+        f"/{path}",
+        tags=tag,
+        response_model=model,
+        status_code=status.HTTP_201_CREATED,
+        summary=f"Create a {what}",
+    )
+    async def create_item(request: Request, caller: Caller, body: model) -> Any:  # type: ignore[valid-type]
+        caller.require_admin(f"create a {what}")
+        name = getattr(body, key)
+
+        def change(cfg: StoredConfig) -> StoredConfig:
+            if any(getattr(i, key) == name for i in items(cfg)):
+                raise ApiError(409, "conflict", f"a {what} named {name!r} exists; PUT to update it", key)
+            return replace(cfg, [*items(cfg), body])
+
+        await _write(request, change)
+        return body
+
+    @router.put(f"/{path}/{{name}}", tags=tag, response_model=model, summary=f"Create or update a {what}")
+    async def update_item(request: Request, caller: Caller, name: str, body: model) -> Any:  # type: ignore[valid-type]
+        caller.require_admin(f"update a {what}")
+        if getattr(body, key) != name:
+            raise ApiError(422, "invalid", f"the body's {key} must be {name!r}", key)
+
+        def change(cfg: StoredConfig) -> StoredConfig:
+            return replace(cfg, [i for i in items(cfg) if getattr(i, key) != name] + [body])
+
+        await _write(request, change)
+        return body
+
+    @router.delete(
+        f"/{path}/{{name}}", tags=tag, status_code=status.HTTP_204_NO_CONTENT, summary=f"Delete a {what}"
+    )
+    async def delete_item(request: Request, caller: Caller, name: str) -> None:
+        caller.require_admin(f"delete a {what}")
+
+        def change(cfg: StoredConfig) -> StoredConfig:
+            kept = [i for i in items(cfg) if getattr(i, key) != name]
+            if len(kept) == len(items(cfg)):
+                raise not_found(what, name)
+            return replace(cfg, kept)
+
+        await _write(request, change)
+
+
+_crud("flavors", FlavorDoc, "name", "flavors", "flavor")
+_crud("cohorts", CohortDoc, "name", "cohorts", "cohort")
+_crud("queues", QueueDoc, "name", "queues", "queue")
+_crud("tenant-queues", TenantQueueDoc, "tenant", "tenant_queues", "tenant queue")
+_crud("priority-classes", PriorityClassDoc, "name", "priority_classes", "priority class")
+
+
+class Applied(BaseModel):
+    flavors: int
+    cohorts: int
+    queues: int
+    tenant_queues: int
+    priority_classes: int
+
+
+@router.put("/config", tags=["config"], response_model=Applied)
+async def apply_config(request: Request, caller: Caller, body: QueueingDocument) -> Applied:
+    """Apply a document: entries are created or replaced by name; others are left as they are."""
+    caller.require_admin("apply a configuration")
+    after = await _write(request, lambda cfg: cfg.merged(body))
+    return Applied(
+        flavors=len(after.flavors),
+        cohorts=len(after.cohorts),
+        queues=len(after.queues),
+        tenant_queues=len(after.tenant_queues),
+        priority_classes=len(after.priority_classes),
+    )
+
+
+@router.get("/config", tags=["config"], response_model=QueueingDocument)
+async def get_config(request: Request, caller: Caller) -> QueueingDocument:
+    cfg = await _read(request)
+    return QueueingDocument(
+        flavors=cfg.flavors,
+        cohorts=cfg.cohorts,
+        queues=cfg.queues,
+        tenant_queues=cfg.tenant_queues,
+        priority_classes=cfg.priority_classes,
+        fair_sharing=cfg.fair_sharing,
+        preemption_timing=cfg.timing,
+    )
+
+
+@router.get("/queues/{name}/status", tags=["queues"], response_model=QueueStatus)
+async def get_queue_status(request: Request, caller: Caller, name: str) -> QueueStatus:
+    """Usage, borrowed and lent quota per flavor and resource, pending and admitted jobs."""
+    async with ctx_of(request).uow() as uow:
+        found = await queue_status(uow.session, name)
+    if found is None:
+        raise not_found("queue", name)
+    return found
+
+
+class TokenIn(BaseModel):
+    tenant: str
+
+
+class TokenOut(BaseModel):
+    tenant: str
+    token: str
+
+
+@router.post("/tokens", tags=["tokens"], response_model=TokenOut, status_code=status.HTTP_201_CREATED)
+async def create_token(request: Request, caller: Caller, body: TokenIn) -> TokenOut:
+    """A new bearer token for a tenant; shown once, stored hashed."""
+    caller.require_admin("create tokens")
+    token = new_token()
+    async with ctx_of(request).uow() as uow:
+        await uow.session.execute(
+            insert(tokens).values(sha256=hash_token(token), tenant=body.tenant, admin=False)
+        )
+        await uow.commit()
+    return TokenOut(tenant=body.tenant, token=token)

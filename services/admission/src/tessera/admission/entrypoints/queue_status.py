@@ -1,0 +1,84 @@
+"""What `GET /v1/queues/{name}/status` reports, computed from the same rebuilt view a cycle
+decides on (read-only, without the cycle's lock)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from tessera.admission.domain.model import HOLDS_QUOTA, JobState
+from tessera.admission.service_layer.cycle_state import load_cycle_state
+
+
+class ResourceStatus(BaseModel):
+    flavor: str
+    resource: str
+    nominal: int
+    usage: int
+    borrowed: int
+    lent: int
+    """Of this queue's unused nominal quota, how much other queues of the cohort now use."""
+
+
+class PendingJob(BaseModel):
+    id: str
+    reason: str | None
+    message: str | None
+
+
+class QueueStatus(BaseModel):
+    name: str
+    cohort: str | None
+    open_mode: bool
+    resources: list[ResourceStatus]
+    pending: int
+    admitted: int
+    pending_jobs: list[PendingJob]
+    admitted_jobs: list[str]
+
+
+async def queue_status(session: AsyncSession, name: str, show: int = 50) -> QueueStatus | None:
+    state = await load_cycle_state(session, datetime.now(UTC))
+    spec = state.config.queues.get(name)
+    if spec is None:
+        return None
+    tree = state.engine.tree
+    usage = tree.queue_usage(name)
+    siblings = [q for q in state.config.queues.values() if q.cohort is not None and q.cohort == spec.cohort]
+    resources = []
+    for fr, quota in spec.quotas.items():
+        used = usage.get(fr, 0)
+        borrowed = max(0, used - quota.nominal)
+        spare = max(0, quota.nominal - used)
+        if quota.lending_limit is not None:
+            spare = min(spare, quota.lending_limit)
+        others = sum(
+            max(0, tree.queue_usage(q.name).get(fr, 0) - q.quotas[fr].nominal)
+            for q in siblings
+            if q.name != name and fr in q.quotas
+        )
+        resources.append(
+            ResourceStatus(
+                flavor=fr[0],
+                resource=fr[1],
+                nominal=quota.nominal,
+                usage=used,
+                borrowed=borrowed,
+                lent=min(spare, others),
+            )
+        )
+    mine = [j for j in state.jobs.values() if j.queue == name]
+    pending = [j for j in mine if j.state is JobState.QUEUED]
+    admitted = [j for j in mine if j.state in HOLDS_QUOTA]
+    return QueueStatus(
+        name=name,
+        cohort=spec.cohort,
+        open_mode=state.stored.open_mode,
+        resources=resources,
+        pending=len(pending),
+        admitted=len(admitted),
+        pending_jobs=[PendingJob(id=j.id, reason=j.wait[0], message=j.wait[1]) for j in pending[:show]],
+        admitted_jobs=[j.id for j in admitted[:show]],
+    )

@@ -52,7 +52,7 @@ def test_bad_cluster_files_name_the_field(tmp_path: Path, text: str, message: st
         load_cluster_file(write(tmp_path, text))
 
 
-def test_the_file_source_reads_every_gpu(tmp_path: Path) -> None:
+async def test_the_file_source_reads_every_gpu(tmp_path: Path) -> None:
     source = ClusterFileSource(write(tmp_path, "nodes:\n  - {name: a, gpus: {count: 2, model: T4}}"))
-    readings = source.read(datetime(2026, 1, 1, tzinfo=UTC))
+    readings = await source.read(datetime(2026, 1, 1, tzinfo=UTC))
     assert [(r.node, r.gpu_index) for r in readings] == [("a", 0), ("a", 1)]

@@ -2,27 +2,56 @@
 
 from __future__ import annotations
 
+import socket
+from datetime import timedelta
+
 from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 from tessera.telemetry.adapters import orm
-from tessera.telemetry.adapters.cluster_file import ClusterFileSource
-from tessera.telemetry.config import TelemetrySettings, get_settings
+from tessera.telemetry.config import SourceKind, TelemetrySettings, get_settings
+from tessera.telemetry.domain.health import HealthPolicy
+from tessera.telemetry.domain.idle import IdlePolicy
 from tessera.telemetry.domain.model import GpuSource
-from tessera.telemetry.entrypoints.publishers import announce_inventory, publish_samples
+from tessera.telemetry.domain.monitor import Monitor
+from tessera.telemetry.entrypoints.publishers import Telemetry, announce_inventory, sample
 
 
 def make_source(settings: TelemetrySettings) -> GpuSource:
-    if settings.cluster_file is None:
-        raise ValueError("TESSERA_TELEMETRY_CLUSTER_FILE is required: the GPU inventory to report")
-    return ClusterFileSource(settings.cluster_file)
+    kind = settings.chosen_source()
+    if kind is SourceKind.DEVCLUSTER:
+        from tessera.telemetry.adapters.sources.devcluster import DevclusterSource
+
+        assert settings.devcluster_url is not None  # checked by the settings
+        return DevclusterSource(settings.devcluster_url)
+    if kind is SourceKind.CLUSTER_FILE:
+        from tessera.telemetry.adapters.cluster_file import ClusterFileSource
+
+        assert settings.cluster_file is not None
+        return ClusterFileSource(settings.cluster_file)
+    if kind is SourceKind.DCGM:
+        from tessera.telemetry.adapters.sources.dcgm import DcgmExporterSource
+
+        assert settings.dcgm_url is not None
+        return DcgmExporterSource(settings.dcgm_url, settings.node_name)
+    from tessera.telemetry.adapters.sources.nvml import NvmlSource
+
+    return NvmlSource(settings.node_name or socket.gethostname())
+
+
+def make_monitor(settings: TelemetrySettings) -> Monitor:
+    return Monitor.with_policies(
+        HealthPolicy(**settings.health.model_dump()), IdlePolicy(**settings.idle.model_dump())
+    )
 
 
 def build(settings: TelemetrySettings, source: GpuSource | None = None) -> ServiceDefinition:
     async def on_start(ctx: ServiceContext) -> None:
-        ctx.extras.update(
+        ctx.extras["telemetry"] = Telemetry(
             source=source or make_source(settings),
+            monitor=make_monitor(settings),
             sample_interval_s=settings.sample_interval_s,
             inventory_interval_s=settings.inventory_interval_s,
             inventory_republish_s=settings.inventory_republish_s,
+            rollup_retention=timedelta(hours=settings.rollup_retention_h),
         )
 
     return ServiceDefinition(
@@ -30,7 +59,7 @@ def build(settings: TelemetrySettings, source: GpuSource | None = None) -> Servi
         metadata=orm.metadata,
         outbox=orm.outbox,
         inbox=orm.inbox,
-        background=[announce_inventory, publish_samples],
+        background=[announce_inventory, sample],
         on_start=on_start,
     )
 

@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tessera.core.settings import ServiceSettings, StreamSettings
+
+
+class SourceKind(StrEnum):
+    AUTO = "auto"
+    DEVCLUSTER = "devcluster"
+    NVML = "nvml"
+    DCGM = "dcgm"
+    CLUSTER_FILE = "cluster-file"
+
+
+class HealthSettings(BaseModel):
+    max_temperature_c: float = Field(90.0, gt=0)
+    max_power_ratio: float = Field(1.05, gt=0)
+    xid_hold_s: float = Field(600.0, ge=0)
+    trip_after: int = Field(2, ge=1, description="bad readings in a row before heat or power trips")
+    recover_after: int = Field(6, ge=1, description="clean readings in a row before a GPU is healthy again")
+
+
+class IdleSettings(BaseModel):
+    idle_below_pct: float = Field(5.0, ge=0, le=100)
+    busy_above_pct: float = Field(15.0, ge=0, le=100)
+    idle_after_s: float = Field(600.0, ge=0)
 
 
 class TelemetrySettings(ServiceSettings):
@@ -17,14 +40,53 @@ class TelemetrySettings(ServiceSettings):
     )
 
     http_port: int = 8081
-    cluster_file: Path | None = Field(
-        None, description="a YAML cluster file: the inventory of the embedded stack"
+    source: SourceKind = Field(
+        SourceKind.AUTO,
+        description="auto: devcluster when devcluster_url is set, else cluster-file when cluster_file "
+        "is set, else dcgm when dcgm_url is set, else nvml",
     )
-    sample_interval_s: float = Field(10.0, gt=0)
+    devcluster_url: str | None = Field(None, description="the devcluster's API server (readings at /nvml)")
+    dcgm_url: str | None = Field(
+        None, description="dcgm-exporter's metrics, e.g. http://localhost:9400/metrics"
+    )
+    node_name: str | None = Field(None, description="this node (DaemonSet: the downward API's spec.nodeName)")
+    cluster_file: Path | None = Field(
+        None, description="a YAML cluster file: inventory only, every GPU idle (demos without a devcluster)"
+    )
+    sample_interval_s: float = Field(5.0, gt=0)
     inventory_interval_s: float = Field(15.0, gt=0)
     inventory_republish_s: float = Field(600.0, gt=0)
+    rollup_retention_h: float = Field(24.0, gt=0)
+    health: HealthSettings = HealthSettings()
+    idle: IdleSettings = IdleSettings()
     # Samples are many and short-lived.
     stream: StreamSettings = StreamSettings(max_age_s=3600.0)
+
+    @model_validator(mode="after")
+    def _source_has_what_it_needs(self) -> TelemetrySettings:
+        needs = {
+            SourceKind.DEVCLUSTER: ("devcluster_url", self.devcluster_url),
+            SourceKind.DCGM: ("dcgm_url", self.dcgm_url),
+            SourceKind.NVML: ("node_name", self.node_name),
+            SourceKind.CLUSTER_FILE: ("cluster_file", self.cluster_file),
+        }
+        if self.source in needs and not needs[self.source][1]:
+            field, _ = needs[self.source]
+            raise ValueError(
+                f"{field}: required by source={self.source.value} (TESSERA_TELEMETRY_{field.upper()})"
+            )
+        return self
+
+    def chosen_source(self) -> SourceKind:
+        if self.source is not SourceKind.AUTO:
+            return self.source
+        if self.devcluster_url:
+            return SourceKind.DEVCLUSTER
+        if self.cluster_file:
+            return SourceKind.CLUSTER_FILE
+        if self.dcgm_url:
+            return SourceKind.DCGM
+        return SourceKind.NVML
 
 
 @lru_cache

@@ -123,10 +123,15 @@ class ClusterFileSource:
         self.name = f"cluster-file:{path.name}"
         self._nodes = load_cluster_file(path)
 
-    def inventory(self) -> list[NodeInventory]:
+    async def inventory(self) -> list[NodeInventory]:
         return list(self._nodes)
 
-    def read(self, now: datetime) -> list[Reading]:
+    async def read(self, now: datetime) -> list[Reading]:
         return [
-            Reading(n.name, g.index, g.uuid, now, 0.0, 0, 60.0, 32.0) for n in self._nodes for g in n.gpus
+            Reading(n.name, g.index, g.uuid, now, 0.0, 0, 60.0, 32.0, g.model, g.memory_mib)
+            for n in self._nodes
+            for g in n.gpus
         ]
+
+    async def close(self) -> None:
+        return None

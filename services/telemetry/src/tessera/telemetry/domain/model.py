@@ -13,6 +13,8 @@ from tessera.contracts.events import NodeInventory
 
 @dataclass(frozen=True)
 class Reading:
+    """One reading of one GPU, whatever the source (NVML, dcgm-exporter, the devcluster)."""
+
     node: str
     gpu_index: int
     gpu_uuid: str
@@ -21,16 +23,38 @@ class Reading:
     memory_used_mib: int
     power_w: float
     temperature_c: float
+    model: str = ""
+    memory_total_mib: int = 0
+    #: the enforced board power limit; None when the source does not say
+    power_limit_w: float | None = None
+    #: XID errors this reading reports (NVML events since the last read, dcgm's last XID, ...)
+    xid_errors: tuple[int, ...] = ()
+    #: uncorrectable ECC errors (volatile) or failed row remappings: the memory cannot be trusted
+    ecc_uncorrected: int = 0
+    #: the GPU no longer answers (fell off the bus)
+    lost: bool = False
+    #: who holds the GPU (namespace/name of pods, or pid/N for bare processes); None: cannot tell
+    pods: tuple[str, ...] | None = None
+
+    @property
+    def allocated(self) -> bool:
+        return bool(self.pods)
 
 
 class GpuSource(Protocol):
-    """Where readings come from: a cluster file, NVML on this node, or a dcgm-exporter endpoint."""
+    """Where readings come from: a cluster file, NVML on this node, dcgm-exporter or the devcluster."""
 
     name: str
 
-    def inventory(self) -> list[NodeInventory]: ...
+    async def inventory(self) -> list[NodeInventory]: ...
 
-    def read(self, now: datetime) -> list[Reading]: ...
+    async def read(self, now: datetime) -> list[Reading]: ...
+
+    async def close(self) -> None: ...
+
+
+class SourceUnavailable(RuntimeError):
+    """The source cannot be read at all (no NVML library, exporter down); the message says why."""
 
 
 def inventory_digest(nodes: list[NodeInventory]) -> str:
@@ -38,3 +62,19 @@ def inventory_digest(nodes: list[NodeInventory]) -> str:
         [n.model_dump(mode="json") for n in sorted(nodes, key=lambda n: n.name)], sort_keys=True
     )
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def with_health(nodes: list[NodeInventory], unhealthy: set[str]) -> list[NodeInventory]:
+    """The inventory with the GPUs telemetry found unhealthy marked so."""
+    if not unhealthy:
+        return nodes
+    return [
+        n.model_copy(
+            update={
+                "gpus": [
+                    g.model_copy(update={"healthy": g.healthy and g.uuid not in unhealthy}) for g in n.gpus
+                ]
+            }
+        )
+        for n in nodes
+    ]

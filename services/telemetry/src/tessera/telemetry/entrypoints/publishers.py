@@ -1,69 +1,158 @@
-"""Background tasks: the inventory announcer and the sample publisher."""
+"""Background tasks: the inventory announcer and the sampler (samples, rollups, findings)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from tessera.contracts.events import GpuSample
 from tessera.core.messaging.envelope import encode
 from tessera.core.runner import ServiceContext
-from tessera.telemetry.domain.model import GpuSource
+from tessera.telemetry.domain.model import GpuSource, Reading, with_health
+from tessera.telemetry.domain.monitor import Monitor
 from tessera.telemetry.service_layer.handlers import sync_inventory
+from tessera.telemetry.service_layer.monitoring import prune_rollups, record_observation, restore_findings
 
 log = logging.getLogger(__name__)
 
 
-def _source(ctx: ServiceContext) -> GpuSource:
-    source: GpuSource = ctx.extras["source"]
-    return source
+@dataclass
+class Telemetry:
+    """What the background tasks share (held in ``ctx.extras["telemetry"]``)."""
+
+    source: GpuSource
+    monitor: Monitor
+    sample_interval_s: float
+    inventory_interval_s: float
+    inventory_republish_s: float
+    rollup_retention: timedelta
+    #: set when GPU health changed, so the inventory is announced now rather than on its next round
+    inventory_due: asyncio.Event = field(default_factory=asyncio.Event)
+    restored: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-async def _sleep(ctx: ServiceContext, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(ctx.stop.wait(), timeout=seconds)
+def _telemetry(ctx: ServiceContext) -> Telemetry:
+    telemetry: Telemetry = ctx.extras["telemetry"]
+    return telemetry
+
+
+async def _sleep(ctx: ServiceContext, seconds: float, wake: asyncio.Event | None = None) -> None:
+    waits = [asyncio.ensure_future(ctx.stop.wait())]
+    if wake is not None:
+        waits.append(asyncio.ensure_future(wake.wait()))
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await w
 
 
 async def announce_inventory(ctx: ServiceContext) -> None:
-    interval = float(ctx.extras["inventory_interval_s"])
-    republish = timedelta(seconds=float(ctx.extras["inventory_republish_s"]))
+    t = _telemetry(ctx)
+    republish = timedelta(seconds=t.inventory_republish_s)
+    await t.restored.wait()
     while not ctx.stop.is_set():
-        source = _source(ctx)
+        t.inventory_due.clear()
         try:
+            nodes = with_health(await t.source.inventory(), t.monitor.health.unhealthy())
             async with ctx.uow() as uow:
-                if await sync_inventory(uow, source.name, source.inventory(), republish):
-                    log.info("inventory announced", extra={"source": source.name})
+                if await sync_inventory(uow, t.source.name, nodes, republish):
+                    log.info("inventory announced", extra={"source": t.source.name})
                 await uow.commit()
         except Exception:
             log.exception("inventory announcement failed")
-        await _sleep(ctx, interval)
+        await _sleep(ctx, t.inventory_interval_s, t.inventory_due)
 
 
-async def publish_samples(ctx: ServiceContext) -> None:
-    """Samples go straight to JetStream, not through the outbox: they are many, short-lived, and a lost
-    sample is replaced by the next one."""
-    interval = float(ctx.extras["sample_interval_s"])
+async def sample(ctx: ServiceContext) -> None:
+    """Read every GPU each interval: publish the samples, then store rollups and findings."""
+    t = _telemetry(ctx)
+    await _restore(ctx, t)
+    last_prune = datetime.min.replace(tzinfo=UTC)
     while not ctx.stop.is_set():
         now = datetime.now(UTC)
         try:
-            readings = _source(ctx).read(now)
-            publishes = []
-            for r in readings:
-                sample = GpuSample(
-                    node=r.node,
-                    gpu_index=r.gpu_index,
-                    gpu_uuid=r.gpu_uuid,
-                    at=r.at,
-                    utilization_pct=r.utilization_pct,
-                    memory_used_mib=r.memory_used_mib,
-                    power_w=r.power_w,
-                    temperature_c=r.temperature_c,
-                )
-                subject, headers, body = encode(sample, f"tessera/telemetry/{r.node}", time=now)
-                publishes.append(ctx.js.publish(subject, body, headers=headers))
-            await asyncio.gather(*publishes)
+            readings = await t.source.read(now)
         except Exception:
-            log.exception("sample publication failed")
-        await _sleep(ctx, interval)
+            log.exception("reading the GPUs failed", extra={"source": t.source.name})
+            readings = []
+        if readings:
+            await _publish_samples(ctx, readings, now)
+            await _observe(ctx, t, readings, now)
+        if now - last_prune > timedelta(minutes=1):
+            last_prune = now
+            with contextlib.suppress(Exception):
+                async with ctx.uow() as uow:
+                    await prune_rollups(uow, t.rollup_retention, now)
+                    await uow.commit()
+        await _sleep(ctx, t.sample_interval_s)
+
+
+async def _restore(ctx: ServiceContext, t: Telemetry) -> None:
+    while not ctx.stop.is_set():
+        try:
+            async with ctx.uow() as uow:
+                count = await restore_findings(uow, t.monitor)
+            log.info("open findings restored", extra={"findings": count})
+            break
+        except Exception:
+            log.exception("restoring open findings failed; retrying")
+            await _sleep(ctx, 1.0)
+    t.restored.set()
+
+
+async def _publish_samples(ctx: ServiceContext, readings: list[Reading], now: datetime) -> None:
+    """Samples go straight to JetStream, not through the outbox: they are many, short-lived, and a lost
+    sample is replaced by the next one."""
+    publishes = []
+    for r in readings:
+        if r.lost:
+            continue
+        sample_event = GpuSample(
+            node=r.node,
+            gpu_index=r.gpu_index,
+            gpu_uuid=r.gpu_uuid,
+            at=r.at,
+            utilization_pct=min(100.0, max(0.0, r.utilization_pct)),
+            memory_used_mib=max(0, r.memory_used_mib),
+            power_w=max(0.0, r.power_w),
+            temperature_c=r.temperature_c,
+        )
+        subject, headers, body = encode(sample_event, f"tessera/telemetry/{r.node}", time=now)
+        publishes.append(ctx.js.publish(subject, body, headers=headers))
+    results = await asyncio.gather(*publishes, return_exceptions=True)
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:
+        log.warning(
+            "some samples were not published", extra={"failed": len(failed), "error": repr(failed[0])}
+        )
+
+
+async def _observe(ctx: ServiceContext, t: Telemetry, readings: list[Reading], now: datetime) -> None:
+    before = t.monitor.checkpoint()
+    observation = t.monitor.observe(readings, now)
+    try:
+        async with ctx.uow() as uow:
+            await record_observation(uow, observation)
+            await uow.commit()
+    except Exception:
+        # nothing was stored: forget this batch, so its findings come again with the next readings
+        t.monitor = before
+        log.exception("storing rollups and findings failed")
+        return
+    for change in observation.health:
+        log.warning(
+            "gpu health changed",
+            extra={
+                "gpu": change.reading.gpu_uuid,
+                "node": change.reading.node,
+                "change": type(change).__name__,
+            },
+        )
+    if observation.health_changed:
+        t.inventory_due.set()

@@ -1,0 +1,1 @@
+"""Where GPU readings come from: the devcluster's simulated NVML, NVML itself, or dcgm-exporter."""

@@ -1,0 +1,251 @@
+"""The reading sources: dcgm-exporter's exposition format, NVML through a fake pynvml, the devcluster."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+
+from tessera.telemetry.adapters.sources.dcgm import DcgmExporterSource, readings_from_exposition
+from tessera.telemetry.adapters.sources.devcluster import DevclusterSource, reading_from_json
+from tessera.telemetry.adapters.sources.nvml import NvmlSource
+from tessera.telemetry.domain.health import Fault, HealthTracker
+from tessera.telemetry.domain.model import SourceUnavailable
+
+NOW = datetime(2026, 11, 21, 6, 0, tzinfo=UTC)
+DCGM_SAMPLE = Path(__file__).with_name("data") / "dcgm-exporter-a100x2.prom"
+
+
+# -- dcgm-exporter -------------------------------------------------------------------------------------
+def test_dcgm_exposition_maps_each_gpu() -> None:
+    first, second = readings_from_exposition(DCGM_SAMPLE.read_text(), NOW)
+    assert (first.node, first.gpu_index, first.gpu_uuid) == (
+        "gpu-node-7",
+        0,
+        "GPU-5f3b2c1e-8a4d-4e0b-9c6f-2d7a1b3e4f50",
+    )
+    assert (first.utilization_pct, first.memory_used_mib, first.memory_total_mib) == (87.0, 68376, 80920)
+    assert (first.power_w, first.temperature_c, first.model) == (312.456, 67.0, "A100-80GB")
+    assert first.pods == ("ml-research/training-7f9c-worker-0",) and first.xid_errors == ()
+    assert second.pods == () and second.xid_errors == (79,)
+
+
+def test_dcgm_xid_makes_the_gpu_unhealthy() -> None:
+    tracker = HealthTracker()
+    findings = [tracker.inspect(r) for r in readings_from_exposition(DCGM_SAMPLE.read_text(), NOW)]
+    assert [set(f.faults) for f in findings] == [set(), {Fault.XID}]
+
+
+def test_dcgm_node_name_overrides_the_hostname_label_and_no_pod_labels_means_unknown() -> None:
+    text = (
+        "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-x",device="nvidia0",modelName="Tesla T4",Hostname="pod-abc"} 5\n'
+        "# TYPE DCGM_FI_DEV_ROW_REMAP_FAILURE gauge\n"
+        'DCGM_FI_DEV_ROW_REMAP_FAILURE{gpu="0",UUID="GPU-x",device="nvidia0",modelName="Tesla T4",Hostname="pod-abc"} 1\n'
+    )
+    (reading,) = readings_from_exposition(text, NOW, node="gpu-node-1")
+    assert reading.node == "gpu-node-1" and reading.model == "T4"
+    assert reading.pods is None and reading.ecc_uncorrected == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('DCGM_FI_DEV_GPU_UTIL{gpu="zero",UUID="GPU-x"} 5\n', "gpu='zero' is not an index"),
+        ("DCGM_FI_DEV_GPU_UTIL{gpu=0} 5\n", "not the Prometheus text format"),
+    ],
+)
+def test_bad_dcgm_output_names_the_problem(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        readings_from_exposition(text, NOW)
+
+
+async def test_dcgm_source_scrapes_over_http_and_reports_a_dead_exporter() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=DCGM_SAMPLE.read_text())
+        return httpx.Response(503)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    source = DcgmExporterSource("http://exporter:9400/metrics", client=client)
+    assert [r.gpu_index for r in await source.read(NOW)] == [0, 1]
+    (node,) = await source.inventory()
+    assert node.name == "gpu-node-7" and [g.memory_mib for g in node.gpus] == [80920, 80995]
+    down = DcgmExporterSource("http://exporter:9400/down", client=client)
+    with pytest.raises(SourceUnavailable, match="HTTP 503"):
+        await down.read(NOW)
+
+
+# -- devcluster ----------------------------------------------------------------------------------------
+DEVCLUSTER_READING = {
+    "node": "gpu-node-0",
+    "index": 3,
+    "uuid": "GPU-abc",
+    "model": "A100-80GB",
+    "health": "unhealthy",
+    "utilisation_pct": 93.5,
+    "memory_used_mib": 69632,
+    "memory_total_mib": 81920,
+    "power_w": 378.0,
+    "temperature_c": 72.1,
+    "xid_errors": [79],
+    "throttled": False,
+    "pods": ["default/train-0"],
+    "sampled_at_s": 12.5,
+}
+
+
+def test_devcluster_reading_maps_every_field() -> None:
+    r = reading_from_json(DEVCLUSTER_READING, NOW)
+    assert (r.node, r.gpu_index, r.gpu_uuid, r.at) == ("gpu-node-0", 3, "GPU-abc", NOW)
+    assert (r.utilization_pct, r.memory_used_mib, r.memory_total_mib) == (93.5, 69632, 81920)
+    assert (r.power_w, r.temperature_c, r.xid_errors, r.pods, r.lost) == (
+        378.0,
+        72.1,
+        (79,),
+        ("default/train-0",),
+        False,
+    )
+    assert reading_from_json({**DEVCLUSTER_READING, "health": "lost"}, NOW).lost
+
+
+def test_devcluster_reading_without_a_field_names_it() -> None:
+    body = {k: v for k, v in DEVCLUSTER_READING.items() if k != "uuid"}
+    with pytest.raises(ValueError, match="'uuid'"):
+        reading_from_json(body, NOW)
+
+
+async def test_devcluster_source_reads_every_node() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/nvml":
+            return httpx.Response(200, json={"nodes": ["a", "b"]})
+        node = request.url.path.rsplit("/", 1)[1]
+        body = {"node": node, "readings": [{**DEVCLUSTER_READING, "node": node}]}
+        return httpx.Response(200, content=json.dumps(body))
+
+    source = DevclusterSource(
+        "http://dev:6443/", client=httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    )
+    assert [r.node for r in await source.read(NOW)] == ["a", "b"]
+    assert source.name == "devcluster:http://dev:6443"
+
+
+# -- NVML, through a fake pynvml -----------------------------------------------------------------------
+class FakeNvmlError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+
+def fake_pynvml(*, library: bool = True, xids: list[tuple[int, int]] | None = None) -> Any:
+    """A stand-in for the pynvml module with two A100s: GPU 1 is hot and has an uncorrected ECC error."""
+    handles = [SimpleNamespace(index=0), SimpleNamespace(index=1)]
+    pending = list(xids or [])
+    calls: list[str] = []
+
+    def init() -> None:
+        calls.append("init")
+        if not library:
+            raise FakeNvmlError(12)
+
+    def wait(_events: object, timeout_ms: int) -> Any:
+        if not pending:
+            raise FakeNvmlError(10)
+        index, xid = pending.pop(0)
+        return SimpleNamespace(device=handles[index], eventData=xid)
+
+    def ecc(handle: Any, error_type: int, counter: int) -> int:
+        assert (error_type, counter) == (1, 0)
+        return 3 if handle.index == 1 else 0
+
+    return SimpleNamespace(
+        NVMLError=FakeNvmlError,
+        NVML_ERROR_LIBRARY_NOT_FOUND=12,
+        NVML_TEMPERATURE_GPU=0,
+        NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
+        NVML_VOLATILE_ECC=0,
+        nvmlEventTypeXidCriticalError=8,
+        calls=calls,
+        nvmlInit=init,
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: handles[i],
+        nvmlEventSetCreate=lambda: "events",
+        nvmlEventSetFree=lambda events: calls.append("free"),
+        nvmlDeviceRegisterEvents=lambda handle, kinds, events: None,
+        nvmlEventSetWait_v2=wait,
+        nvmlDeviceGetIndex=lambda handle: handle.index,
+        nvmlDeviceGetUUID=lambda h: f"GPU-fake-{h.index}",
+        nvmlDeviceGetName=lambda h: b"NVIDIA A100-SXM4-80GB",
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(
+            total=81920 * 2**20, used=(1 + h.index) * 1024 * 2**20
+        ),
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=70 if h.index == 0 else 0, memory=10),
+        nvmlDeviceGetPowerUsage=lambda h: 250_500,
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 400_000,
+        nvmlDeviceGetTemperature=lambda h, sensor: 65 if h.index == 0 else 93,
+        nvmlDeviceGetTotalEccErrors=ecc,
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [SimpleNamespace(pid=4242)] if h.index == 0 else [],
+    )
+
+
+async def test_nvml_readings_map_units_and_xid_events() -> None:
+    nvml = fake_pynvml(xids=[(1, 79), (1, 48)])
+    source = NvmlSource("gpu-node-3", nvml=nvml)
+    first, second = await source.read(NOW)
+    assert (first.node, first.gpu_uuid, first.model) == ("gpu-node-3", "GPU-fake-0", "A100-80GB")
+    assert (first.utilization_pct, first.memory_used_mib, first.memory_total_mib) == (70.0, 1024, 81920)
+    assert (first.power_w, first.power_limit_w, first.temperature_c) == (250.5, 400.0, 65.0)
+    assert first.pods == ("pid/4242",) and first.xid_errors == ()
+    assert (second.xid_errors, second.ecc_uncorrected, second.pods) == ((79, 48), 3, ())
+    again = await source.read(NOW)  # the events were drained
+    assert again[1].xid_errors == ()
+    assert nvml.calls == ["init"]  # opened once
+    (node,) = await source.inventory()
+    assert [(g.uuid, g.model, g.memory_mib) for g in node.gpus] == [
+        ("GPU-fake-0", "A100-80GB", 81920),
+        ("GPU-fake-1", "A100-80GB", 81920),
+    ]
+    await source.close()
+    assert nvml.calls == ["init", "free", "shutdown"]
+
+
+async def test_nvml_without_the_library_fails_saying_so() -> None:
+    source = NvmlSource("gpu-node-3", nvml=fake_pynvml(library=False))
+    with pytest.raises(SourceUnavailable, match=r"NVML library \(libnvidia-ml.so.1\) not found"):
+        await source.read(NOW)
+
+
+def test_nvml_source_needs_the_node_name() -> None:
+    with pytest.raises(ValueError, match="node_name"):
+        NvmlSource("")
+
+
+async def test_the_real_pynvml_on_a_machine_without_a_driver_fails_clearly() -> None:
+    """Imports the real nvidia-ml-py lazily; on a machine with a driver it reads the real GPUs."""
+    source = NvmlSource("this-node")
+    try:
+        readings = await source.read(NOW)
+    except SourceUnavailable as exc:
+        assert "NVML" in str(exc)
+    else:
+        assert all(r.gpu_uuid.startswith(("GPU-", "MIG-")) for r in readings)
+        await source.close()
+
+
+# -- settings ------------------------------------------------------------------------------------------
+def test_settings_pick_the_source_and_name_what_is_missing() -> None:
+    from pydantic import ValidationError
+
+    from tessera.telemetry.config import SourceKind, TelemetrySettings
+
+    assert TelemetrySettings(devcluster_url="http://d").chosen_source() is SourceKind.DEVCLUSTER
+    assert TelemetrySettings(dcgm_url="http://e/metrics").chosen_source() is SourceKind.DCGM
+    assert TelemetrySettings().chosen_source() is SourceKind.NVML
+    with pytest.raises(ValidationError, match="dcgm_url: required by source=dcgm"):
+        TelemetrySettings(source=SourceKind.DCGM)

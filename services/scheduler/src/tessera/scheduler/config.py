@@ -1,20 +1,45 @@
-"""Settings of the scheduler service: env prefix `TESSERA_SCHEDULER_`."""
+"""Settings of the scheduler service: env prefix `TESSERA_SCHEDULER_`.
+
+``kubeconfig`` (or the shared ``TESSERA_KUBECONFIG``) points the scheduler at a cluster: it then
+watches nodes, pods and PodGroups, creates the pods of admitted jobs and binds through the
+Binding API. Without one it places gangs on the inventory telemetry reports (inventory mode).
+"""
 
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 
+from pydantic import AliasChoices, BaseModel, Field
 from pydantic_settings import SettingsConfigDict
 
 from tessera.core.settings import ServiceSettings
 
 
+class GangSettings(BaseModel):
+    """How gangs wait: Permit timeout, exponential backoff, and how long a parked gang may sleep."""
+
+    timeout_s: float = Field(60.0, gt=0, description="quorum wait in Permit before every member is released")
+    backoff_initial_s: float = Field(1.0, gt=0)
+    backoff_max_s: float = Field(60.0, gt=0)
+    max_parked_s: float = Field(300.0, gt=0, description="a parked gang is retried at least this often")
+
+
 class SchedulerSettings(ServiceSettings):
     model_config = SettingsConfigDict(
-        env_prefix="TESSERA_SCHEDULER_", env_nested_delimiter="__", extra="ignore"
+        env_prefix="TESSERA_SCHEDULER_", env_nested_delimiter="__", extra="ignore", populate_by_name=True
     )
 
     http_port: int = 8083
+    kubeconfig: Path | None = Field(
+        None,
+        validation_alias=AliasChoices("TESSERA_SCHEDULER_KUBECONFIG", "TESSERA_KUBECONFIG", "kubeconfig"),
+        description="a kubeconfig of the cluster to watch and bind on; none: inventory mode",
+    )
+    namespace: str = Field("default", min_length=1, description="where the pods of admitted jobs are created")
+    gang: GangSettings = GangSettings()
+    poll_s: float = Field(1.0, gt=0, description="the scheduling loop wakes at least this often")
+    bind_timeout_s: float = Field(30.0, gt=0)
 
 
 @lru_cache

@@ -42,4 +42,11 @@ pending_gangs = Table(
     Column("submitted_at", DateTime(timezone=True), nullable=False),
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("last_reason", Text, nullable=False, server_default=""),
+    # "job" (admitted through admission; spec is its JobSpec) or "podgroup" (found on the cluster).
+    Column("source", String(16), nullable=False, server_default="job"),
+    # A RequeueReason value; empty until the first failed attempt.
+    Column("reason_code", String(32), nullable=False, server_default=""),
+    Column("backoff_until", DateTime(timezone=True), nullable=True),
+    # The trace context the job arrived with, so every decision on it joins the job's trace.
+    Column("trace", JSONB, nullable=False, server_default="{}"),
 )

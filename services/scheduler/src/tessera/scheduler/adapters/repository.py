@@ -1,20 +1,62 @@
-"""The scheduler's view in Postgres: inventory, placements and pending gangs."""
+"""The scheduler's state in Postgres: inventory, placements, and pending gangs with their queue state.
+
+Everything the scheduler decides is here (or on the cluster), so a restart rebuilds the cache and
+the queue from it: nothing lives only in memory.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, select, text, update
+from sqlalchemy import delete, event, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tessera.contracts.events import NodeInventory, PodPlacement
+from tessera.contracts.events import NodeInventory
 from tessera.contracts.jobs import JobSpec
 from tessera.scheduler.adapters.orm import inventory_nodes, pending_gangs, placements
-from tessera.scheduler.domain.first_fit import FULL, FreeGpu, FreeNode
 
 _SCHEDULING_LOCK = 0x7E55E7A  # one placement decision at a time across replicas
+
+JOB = "job"
+PODGROUP = "podgroup"
+
+
+@dataclass(frozen=True)
+class PendingGang:
+    job_id: str
+    source: str
+    spec: JobSpec | None
+    priority: int
+    submitted_at: datetime
+    attempts: int
+    reason_code: str
+    last_reason: str
+    backoff_until: datetime | None
+    trace: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class PlacementRow:
+    job_id: str
+    pod: str
+    pod_group: str
+    node: str
+    gpus: tuple[tuple[int, int], ...]
+    cpu_milli: int
+    memory_mib: int
+
+
+def after_commit(session: AsyncSession, callback: Callable[[], None]) -> None:
+    """Call ``callback`` once the session's transaction has committed (never on a rollback)."""
+    event.listen(session.sync_session, "after_commit", lambda _session: callback(), once=True)
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 class SchedulerRepository:
@@ -23,6 +65,8 @@ class SchedulerRepository:
 
     async def lock_for_decision(self) -> None:
         await self.session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEDULING_LOCK})
+
+    # -- inventory -------------------------------------------------------------------------------
 
     async def replace_inventory(self, source: str, nodes: list[NodeInventory]) -> None:
         names = [n.name for n in nodes]
@@ -42,80 +86,126 @@ class SchedulerRepository:
                 )
             )
 
-    async def free_nodes(self) -> list[FreeNode]:
-        """The inventory minus what placements hold, in node-name order (first fit is deterministic)."""
+    async def inventory(self) -> list[NodeInventory]:
         rows = (
             await self.session.execute(select(inventory_nodes.c.data).order_by(inventory_nodes.c.name))
         ).all()
-        nodes = {}
-        for (data,) in rows:
-            inv = NodeInventory.model_validate(data)
-            nodes[inv.name] = FreeNode(
-                inv.name,
-                inv.cpu_milli,
-                inv.memory_mib,
-                [FreeGpu(g.index, g.uuid, g.model, FULL, g.healthy) for g in inv.gpus],
-            )
-        held = (await self.session.execute(select(placements))).mappings().all()
-        for row in held:
-            node = nodes.get(row["node"])
-            if node is None:
-                continue
-            node.cpu_milli -= row["cpu_milli"]
-            node.memory_mib -= row["memory_mib"]
-            by_index = {g.index: g for g in node.gpus}
-            for gpu in row["gpus"]:
-                if gpu["index"] in by_index:
-                    by_index[gpu["index"]].free_milli -= gpu["milli"]
-        return list(nodes.values())
+        return [NodeInventory.model_validate(data) for (data,) in rows]
 
-    async def add_pending(self, job_id: str, spec: JobSpec, submitted_at: datetime) -> None:
-        await self.session.execute(
+    # -- pending gangs ---------------------------------------------------------------------------
+
+    async def add_pending(
+        self,
+        job_id: str,
+        spec: JobSpec | None,
+        submitted_at: datetime,
+        *,
+        source: str = JOB,
+        priority: int | None = None,
+        trace: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Queue a gang unless it is known already; returns whether it was new."""
+        result = await self.session.execute(
             pg_insert(pending_gangs)
             .values(
                 job_id=job_id,
-                priority=spec.priority,
-                spec=spec.model_dump(mode="json"),
+                priority=priority if priority is not None else (spec.priority if spec else 0),
+                spec=spec.model_dump(mode="json") if spec is not None else {},
                 submitted_at=submitted_at,
+                source=source,
+                trace=dict(trace or {}),
             )
             .on_conflict_do_nothing()
+            .returning(pending_gangs.c.job_id)
         )
+        return result.first() is not None
 
-    async def pending(self) -> list[tuple[str, JobSpec]]:
+    async def pending(self) -> list[PendingGang]:
         rows = (
             await self.session.execute(
-                select(pending_gangs.c.job_id, pending_gangs.c.spec).order_by(
+                select(pending_gangs).order_by(
                     pending_gangs.c.priority.desc(), pending_gangs.c.submitted_at, pending_gangs.c.job_id
                 )
             )
-        ).all()
-        return [(job_id, JobSpec.model_validate(spec)) for job_id, spec in rows]
-
-    async def is_placed(self, job_id: str) -> bool:
-        return (
-            await self.session.scalar(select(placements.c.pod).where(placements.c.job_id == job_id).limit(1))
-        ) is not None
-
-    async def record_placement(self, job_id: str, spec: JobSpec, pods: list[PodPlacement]) -> None:
-        groups = {g.name: g for g in spec.pod_groups}
-        rows: list[dict[str, Any]] = [
-            {
-                "job_id": job_id,
-                "pod": p.pod,
-                "pod_group": p.group,
-                "node": p.node,
-                "gpus": [g.model_dump() for g in p.gpus],
-                "cpu_milli": groups[p.group].cpu_milli,
-                "memory_mib": groups[p.group].memory_mib,
-            }
-            for p in pods
+        ).mappings()
+        return [
+            PendingGang(
+                job_id=row["job_id"],
+                source=row["source"],
+                spec=JobSpec.model_validate(row["spec"]) if row["source"] == JOB else None,
+                priority=row["priority"],
+                submitted_at=row["submitted_at"],
+                attempts=row["attempts"],
+                reason_code=row["reason_code"],
+                last_reason=row["last_reason"],
+                backoff_until=row["backoff_until"],
+                trace=row["trace"] or {},
+            )
+            for row in rows
         ]
-        await self.session.execute(pg_insert(placements), rows)
-        await self.session.execute(delete(pending_gangs).where(pending_gangs.c.job_id == job_id))
 
-    async def record_unschedulable(self, job_id: str, reason: str) -> None:
+    async def pending_ids(self) -> set[str]:
+        return set((await self.session.scalars(select(pending_gangs.c.job_id))).all())
+
+    async def record_requeued(
+        self, job_id: str, attempts: int, reason_code: str, message: str, backoff_until: float
+    ) -> None:
         await self.session.execute(
             update(pending_gangs)
             .where(pending_gangs.c.job_id == job_id)
-            .values(attempts=pending_gangs.c.attempts + 1, last_reason=reason)
+            .values(
+                attempts=attempts,
+                reason_code=reason_code,
+                last_reason=message,
+                backoff_until=at(backoff_until),
+            )
         )
+
+    async def remove_pending(self, job_id: str) -> None:
+        await self.session.execute(delete(pending_gangs).where(pending_gangs.c.job_id == job_id))
+
+    # -- placements ------------------------------------------------------------------------------
+
+    async def record_placements(self, rows: Iterable[PlacementRow]) -> None:
+        values: list[dict[str, Any]] = [
+            {
+                "job_id": row.job_id,
+                "pod": row.pod,
+                "pod_group": row.pod_group,
+                "node": row.node,
+                "gpus": [{"index": index, "milli": milli} for index, milli in row.gpus],
+                "cpu_milli": row.cpu_milli,
+                "memory_mib": row.memory_mib,
+            }
+            for row in rows
+        ]
+        if values:
+            stmt = pg_insert(placements).values(values)
+            await self.session.execute(stmt.on_conflict_do_nothing())
+
+    async def placements(self) -> list[PlacementRow]:
+        rows = (await self.session.execute(select(placements).order_by(placements.c.placed_at))).mappings()
+        return [
+            PlacementRow(
+                job_id=row["job_id"],
+                pod=row["pod"],
+                pod_group=row["pod_group"],
+                node=row["node"],
+                gpus=tuple((int(g["index"]), int(g["milli"])) for g in row["gpus"]),
+                cpu_milli=row["cpu_milli"],
+                memory_mib=row["memory_mib"],
+            )
+            for row in rows
+        ]
+
+    async def is_placed(self, job_id: str) -> bool:
+        found = await self.session.scalar(
+            select(placements.c.pod).where(placements.c.job_id == job_id).limit(1)
+        )
+        return found is not None
+
+    async def release_pod(self, pod: str) -> None:
+        await self.session.execute(delete(placements).where(placements.c.pod == pod))
+
+    async def release_job(self, job_id: str) -> None:
+        await self.session.execute(delete(placements).where(placements.c.job_id == job_id))

@@ -1,0 +1,175 @@
+"""The scheduler's ports on the cluster: bind and evict through the `Cluster` port, create job pods.
+
+The gang scheduler runs its cycles on a thread of its own and binds synchronously (a bind failing
+halfway must be rolled back before the cycle goes on), so :class:`ClusterBinder` hands each call to
+the service's event loop and waits for it. Without a cluster, :class:`InventoryBinder` stands in:
+a placement is then real once it is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from tessera.cluster.conventions.names import (
+    GPU_MILLI_ANNOTATION,
+    GPU_MODELS_ANNOTATION,
+    GPU_RESOURCE,
+    POD_GROUP_API_GROUP,
+    POD_GROUP_API_VERSION,
+    POD_GROUP_KIND,
+    POD_GROUP_LABEL,
+    POD_GROUP_PLURAL,
+    POD_GROUP_VERSION,
+    SCHEDULER_NAME,
+    mig_resource_name,
+)
+from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
+from tessera.cluster.domain.requirements import PodRef
+from tessera.cluster.port import Cluster, ClusterError, NotFound
+from tessera.contracts.jobs import JobSpec, PodGroupSpec
+from tessera.scheduler.domain.plugins.reserve import BindError
+from tessera.scheduler.domain.snapshot import Allocation
+from tessera.scheduler.service_layer.gangs import job_group_name, job_pod_names
+
+log = logging.getLogger(__name__)
+
+JOB_ID_LABEL = "tessera.io/job-id"
+SIM_DURATION_ANNOTATION = "tessera.io/sim-duration"
+
+
+@dataclass
+class InventoryBinder:
+    """No cluster to bind on: a placement is real once recorded. Evictions are only noted."""
+
+    evicted: list[Allocation] = field(default_factory=list)
+
+    def bind(self, allocation: Allocation) -> None:
+        return None
+
+    def evict(self, allocation: Allocation) -> None:
+        self.evicted.append(allocation)
+
+
+class ClusterBinder:
+    """Binding subresource with the ``tessera.io/gpu-assignment`` annotation; Eviction API to undo."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        loop: asyncio.AbstractEventLoop,
+        uuids: Callable[[str], Mapping[int, str]],
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.cluster = cluster
+        self.loop = loop
+        self.uuids = uuids
+        self.timeout_s = timeout_s
+
+    def bind(self, allocation: Allocation) -> None:
+        node_uuids = self.uuids(allocation.node)
+        shares = tuple(
+            GpuShare(node_uuids.get(index, f"{allocation.node}-gpu-{index}"), milli)
+            for index, milli in allocation.gpu_milli
+        )
+        assignment = DeviceAssignment(allocation.node, shares)
+        try:
+            self._wait(self.cluster.bind(PodRef.parse(allocation.pod), allocation.node, assignment))
+        except (ClusterError, OSError, TimeoutError) as error:
+            raise BindError(f"{allocation.pod} to {allocation.node}: {error}") from error
+
+    def evict(self, allocation: Allocation) -> None:
+        try:
+            self._wait(self.cluster.evict(PodRef.parse(allocation.pod), grace_period_seconds=0))
+        except NotFound:
+            pass
+        except (ClusterError, OSError, TimeoutError) as error:
+            # The pod keeps running on the cluster; the next list shows it and it is evicted again.
+            log.warning("eviction failed", extra={"pod": allocation.pod, "error": str(error)})
+
+    def _wait(self, call: Coroutine[Any, Any, None]) -> None:
+        asyncio.run_coroutine_threadsafe(call, self.loop).result(self.timeout_s)
+
+
+def _pod_manifest(
+    name: str, namespace: str, group_name: str, job_id: str, spec: JobSpec, group: PodGroupSpec
+) -> dict[str, Any]:
+    requests: dict[str, str] = {"cpu": f"{group.cpu_milli}m", "memory": f"{group.memory_mib}Mi"}
+    limits: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    if spec.estimated_duration_s is not None:
+        annotations[SIM_DURATION_ANNOTATION] = str(spec.estimated_duration_s)
+    gpu = group.gpu
+    if gpu is not None:
+        if gpu.count is not None:
+            limits[GPU_RESOURCE] = str(gpu.count)
+        elif gpu.milli is not None:
+            limits[GPU_RESOURCE] = "1"
+            annotations[GPU_MILLI_ANNOTATION] = str(gpu.milli)
+        elif gpu.mig_profile is not None:
+            limits[mig_resource_name(gpu.mig_profile)] = "1"
+        if gpu.models:
+            annotations[GPU_MODELS_ANNOTATION] = "|".join(gpu.models)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {POD_GROUP_LABEL: group_name, JOB_ID_LABEL: job_id},
+            "annotations": annotations,
+        },
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "restartPolicy": "Never",
+            "priority": spec.priority,
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": limits}}
+            ],
+        },
+    }
+
+
+class JobMaterializer:
+    """Creates an admitted job's PodGroup and pods on the cluster; creating what exists is a no-op."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self._core: Any = k8s.CoreV1Api(api)
+        self._custom: Any = k8s.CustomObjectsApi(api)
+
+    async def ensure(self, job_id: str, spec: JobSpec, namespace: str, *, quorum: int) -> None:
+        group_name = job_group_name(job_id, spec)
+        pod_group = {
+            "apiVersion": POD_GROUP_API_VERSION,
+            "kind": POD_GROUP_KIND,
+            "metadata": {"name": group_name, "namespace": namespace, "labels": {JOB_ID_LABEL: job_id}},
+            "spec": {"minMember": quorum},
+        }
+        await self._create(
+            self._custom.create_namespaced_custom_object,
+            POD_GROUP_API_GROUP,
+            POD_GROUP_VERSION,
+            namespace,
+            POD_GROUP_PLURAL,
+            pod_group,
+        )
+        groups = {group.name: group for group in spec.pod_groups}
+        for member in job_pod_names(job_id, spec, namespace):
+            body = _pod_manifest(member.name, namespace, group_name, job_id, spec, groups[member.group])
+            await self._create(self._core.create_namespaced_pod, namespace, body)
+
+    async def _create(self, method: Callable[..., Any], *args: Any) -> None:
+        def call() -> None:
+            try:
+                method(*args, _preload_content=False)
+            except ApiException as error:
+                if error.status != 409:  # already there: a retry after a crash or a requeue
+                    raise
+
+        await asyncio.to_thread(call)

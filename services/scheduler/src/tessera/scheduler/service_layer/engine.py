@@ -1,0 +1,210 @@
+"""The scheduling loop: one cycle at a time, fed by admitted jobs, inventory and cluster watches.
+
+Each cycle runs as named steps under the scheduler's advisory lock, in one transaction:
+sync inputs (inventory, new pending gangs, cluster changes) -> free what finished -> run the gang
+scheduler (assume, permit, bind) -> persist the outcomes and queue their events. Binding happens
+inside the gang scheduler, on a thread of its own, while the event loop serves the bind calls.
+
+Nothing lives only here: pending gangs and placements are in the scheduler's schema and the
+cluster is the record of what is bound, so a restart (or any failed cycle) rebuilds this state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from tessera.cluster.port import WatchEvent
+from tessera.contracts.events import GangFinished
+from tessera.core.db.uow import UnitOfWork
+from tessera.scheduler.adapters.repository import JOB, SchedulerRepository
+from tessera.scheduler.config import SchedulerSettings
+from tessera.scheduler.domain.gang.assembly import Assembly
+from tessera.scheduler.domain.gang.scheduler import GangOutcome
+from tessera.scheduler.service_layer.gangs import inventory_node, inventory_uuids, job_gang, job_pod_names
+from tessera.scheduler.service_layer.outcomes import GangInfo, record_outcome
+from tessera.scheduler.service_layer.rebuild import ClusterSide, Rebuilt, rebuild
+from tessera.scheduler.service_layer.watches import WatchState
+
+log = logging.getLogger(__name__)
+
+UowFactory = Callable[[], UnitOfWork]
+
+
+class SchedulingEngine:
+    def __init__(
+        self,
+        uow: UowFactory,
+        settings: SchedulerSettings,
+        cluster: ClusterSide | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._uow = uow
+        self.settings = settings
+        self.cluster = cluster
+        self.clock = clock
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scheduler-cycle")
+        self._wake = asyncio.Event()
+        self._inventory_dirty = True
+        self._events: deque[tuple[str, WatchEvent[object]]] = deque()
+        self.state: Rebuilt | None = None
+        self.cycles = 0
+
+    # -- inputs (safe from handlers after commit and from watch callbacks) ------------------------
+
+    def wake(self, *, inventory: bool = False) -> None:
+        if inventory:
+            self._inventory_dirty = True
+        self._wake.set()
+
+    def on_watch(self, kind: str, event: WatchEvent[object]) -> None:
+        self._events.append((kind, event))
+        self._wake.set()
+
+    @property
+    def assembly(self) -> Assembly:
+        if self.state is None:
+            raise RuntimeError("the scheduling engine has not been started")
+        return self.state.assembly
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.cycle()
+            except Exception:
+                log.exception("scheduling cycle failed; state is rebuilt from the database and the cluster")
+                self.state = None
+            await self._sleep(stop)
+        self._executor.shutdown(wait=False)
+
+    async def _sleep(self, stop: asyncio.Event) -> None:
+        timeout = self.settings.poll_s
+        if self.state is not None:
+            due = self.state.assembly.scheduler.next_wakeup()
+            if due is not None:
+                timeout = min(timeout, max(0.0, due - self.clock()))
+        waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+        self._wake.clear()
+
+    async def cycle(self) -> list[GangOutcome]:
+        """One scheduling cycle; returns the gang scheduler's outcomes."""
+        self.cycles += 1
+        async with self._uow() as uow:
+            repo = SchedulerRepository(uow.session)
+            await repo.lock_for_decision()
+            now = self.clock()
+            outcomes: list[GangOutcome] = []
+            if self.state is None:
+                self._events.clear()  # the rebuild lists everything afresh
+                self.state = await rebuild(repo, self.settings, self.cluster, now)
+                self._inventory_dirty = False
+                outcomes += self.state.recovered
+            state = self.state
+            if self.cluster is None and self._inventory_dirty:
+                self._inventory_dirty = False
+                outcomes += await self._sync_inventory(repo, now)
+            await self._sync_pending(repo, now)
+            if self.cluster is not None:
+                watches = WatchState(state, self.cluster, self.settings, now)
+                while self._events:
+                    kind, event = self._events.popleft()
+                    outcomes += await watches.apply(repo, kind, event)
+            await self._finish_ended(repo, uow, now)
+            if self.cluster is not None:
+                await self._materialize()
+            loop = asyncio.get_running_loop()
+            outcomes += await loop.run_in_executor(self._executor, state.assembly.scheduler.run, now)
+            for outcome in outcomes:
+                info = state.gangs.get(outcome.gang)
+                if info is None:
+                    continue
+                await record_outcome(outcome, info, state.assembly.queue, repo, uow, state.uuids)
+                if outcome.evicted and self.cluster is not None and info.source == JOB:
+                    state.to_materialize.add(outcome.gang)
+            await self._finish_ended(repo, uow, now)
+            await uow.commit()
+        return outcomes
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    async def _sync_inventory(self, repo: SchedulerRepository, now: float) -> list[GangOutcome]:
+        assert self.state is not None
+        state, scheduler = self.state, self.state.assembly.scheduler
+        outcomes: list[GangOutcome] = []
+        seen = set()
+        for node in await repo.inventory():
+            seen.add(node.name)
+            info = inventory_node(node)
+            state.uuids[node.name] = inventory_uuids(node)
+            if state.nodes.get(node.name) != info:
+                state.nodes[node.name] = info
+                outcomes += scheduler.node_changed(info, now)
+        for name in sorted(set(state.nodes) - seen):
+            del state.nodes[name]
+            outcomes += scheduler.node_lost(name, now)
+        return outcomes
+
+    async def _sync_pending(self, repo: SchedulerRepository, now: float) -> None:
+        """Gangs admitted since the last cycle join the queue (and, on a cluster, get their pods)."""
+        assert self.state is not None
+        state = self.state
+        known = set(state.gangs)
+        for row in await repo.pending():
+            if row.job_id in known or row.source != JOB or row.spec is None:
+                continue
+            spec = job_gang(
+                row.job_id,
+                row.spec,
+                self.settings.namespace,
+                row.submitted_at.timestamp(),
+                self.settings.gang.timeout_s,
+            )
+            groups = {m.key: m.group for m in job_pod_names(row.job_id, row.spec, self.settings.namespace)}
+            state.gangs[row.job_id] = GangInfo(row.job_id, JOB, dict(row.trace), groups)
+            state.specs[row.job_id] = row.spec
+            state.assembly.scheduler.submit(spec)
+            if self.cluster is not None:
+                state.to_materialize.add(row.job_id)
+
+    async def _finish_ended(self, repo: SchedulerRepository, uow: UnitOfWork, now: float) -> None:
+        """Gangs whose every placed pod ended: free them, tell admission, retry what waits."""
+        assert self.state is not None
+        state = self.state
+        for gang, info in list(state.gangs.items()):
+            if not info.placed or any(phase is None for phase in info.placed.values()):
+                continue
+            if gang in state.assembly.queue:
+                continue
+            state.assembly.scheduler.gang_finished(gang, now)
+            await repo.release_job(info.job_id)
+            await repo.remove_pending(info.job_id)
+            succeeded = all(phase == "Succeeded" for phase in info.placed.values())
+            pods = {pod.partition("/")[2] or pod: phase or "" for pod, phase in info.placed.items()}
+            await uow.publish(GangFinished(job_id=info.job_id, succeeded=succeeded, pods=pods))
+            del state.gangs[gang]
+            state.specs.pop(gang, None)
+            log.info("gang finished", extra={"job_id": info.job_id, "succeeded": succeeded})
+
+    async def _materialize(self) -> None:
+        """Create the pods of jobs on the cluster (new ones, and those evicted by a rollback)."""
+        assert self.cluster is not None
+        state = self.state
+        if state is None:
+            return
+        for gang in sorted(state.to_materialize):
+            spec = state.specs.get(gang)
+            if spec is not None:
+                quorum = sum(group.quorum for group in spec.pod_groups)
+                await self.cluster.materializer.ensure(gang, spec, self.settings.namespace, quorum=quorum)
+            state.to_materialize.discard(gang)

@@ -1,0 +1,114 @@
+"""Translations between the published language and the scheduling domain. Pure.
+
+An admitted job becomes one gang named by its ``job_id``: every replica of every pod group is a
+member, and the quorum is the sum of the groups' ``min_available``. Its pods are named
+``<namespace>/<job>-<id>-<group>-<i>`` so two jobs of the same name never share a pod.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from tessera.contracts.events import GpuAssignment, NodeInventory, PodPlacement
+from tessera.contracts.jobs import JobSpec, PlacementPolicy, PodGroupSpec
+from tessera.scheduler.domain.framework.pod import PodSpec, Policy
+from tessera.scheduler.domain.gang.spec import GangSpec
+from tessera.scheduler.domain.snapshot import Allocation, GpuInfo, NodeInfo, Topology
+
+_NOT_DNS = re.compile(r"[^a-z0-9]")
+
+
+@dataclass(frozen=True)
+class MemberName:
+    """Where a gang member lives: the domain keys pods by ``namespace/name``."""
+
+    namespace: str
+    name: str
+    group: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def job_group_name(job_id: str, spec: JobSpec) -> str:
+    """The PodGroup of a job: ``<job>-<first 8 of its id>``."""
+    short = _NOT_DNS.sub("", job_id.lower())[:8] or "job"
+    return f"{spec.name}-{short}"
+
+
+def job_pod_names(job_id: str, spec: JobSpec, namespace: str) -> list[MemberName]:
+    """The pods a job is made of, in group order: ``<job>-<first 8 of id>-<group>-<i>``."""
+    prefix = job_group_name(job_id, spec)
+    return [
+        MemberName(namespace, f"{prefix}-{group.name}-{i}", group.name)
+        for group in spec.pod_groups
+        for i in range(group.replicas)
+    ]
+
+
+def _pod(name: str, gang: str, group: PodGroupSpec, policy: PlacementPolicy | None) -> PodSpec:
+    node_policy = Policy(policy.value) if policy is not None else None
+    common = {
+        "name": name,
+        "gang": gang,
+        "cpu_milli": group.cpu_milli,
+        "memory_mib": group.memory_mib,
+        "node_policy": node_policy,
+        "gpu_policy": node_policy,
+    }
+    gpu = group.gpu
+    if gpu is None:
+        return PodSpec(**common)  # type: ignore[arg-type]
+    models = frozenset(gpu.models)
+    if gpu.count is not None:
+        return PodSpec(gpu_count=gpu.count, gpu_models=models, **common)  # type: ignore[arg-type]
+    if gpu.milli is not None:
+        return PodSpec(gpu_count=1, gpu_milli=gpu.milli, gpu_models=models, **common)  # type: ignore[arg-type]
+    assert gpu.mig_profile is not None
+    mig = MappingProxyType({gpu.mig_profile: 1})
+    return PodSpec(mig=mig, gpu_models=models, **common)  # type: ignore[arg-type]
+
+
+def job_gang(
+    job_id: str, spec: JobSpec, namespace: str, submitted_at: float, timeout_s: float | None
+) -> GangSpec:
+    groups = {group.name: group for group in spec.pod_groups}
+    members = tuple(
+        _pod(member.key, job_id, groups[member.group], spec.placement)
+        for member in job_pod_names(job_id, spec, namespace)
+    )
+    quorum = sum(group.quorum for group in spec.pod_groups)
+    return GangSpec(job_id, members, quorum, spec.priority, submitted_at, timeout_s)
+
+
+def inventory_node(node: NodeInventory) -> NodeInfo:
+    """A node as telemetry reports it; without a wiring report, GPUs are taken to share one host."""
+    gpus = sorted(node.gpus, key=lambda gpu: gpu.index)
+    return NodeInfo(
+        name=node.name,
+        gpus=tuple(GpuInfo(i, gpu.model, healthy=gpu.healthy) for i, gpu in enumerate(gpus)),
+        topology=Topology.build(len(gpus)),
+        cpu_milli=node.cpu_milli,
+        memory_mib=node.memory_mib,
+        labels=MappingProxyType(dict(node.labels)),
+    )
+
+
+def inventory_uuids(node: NodeInventory) -> dict[int, str]:
+    return {i: gpu.uuid for i, gpu in enumerate(sorted(node.gpus, key=lambda gpu: gpu.index))}
+
+
+def placement_of(allocation: Allocation, group: str, uuids: Mapping[int, str]) -> PodPlacement:
+    return PodPlacement(
+        pod=allocation.pod.partition("/")[2] or allocation.pod,
+        group=group,
+        node=allocation.node,
+        gpus=[
+            GpuAssignment(index=index, uuid=uuids.get(index, f"{allocation.node}/{index}"), milli=milli)
+            for index, milli in allocation.gpu_milli
+        ],
+    )

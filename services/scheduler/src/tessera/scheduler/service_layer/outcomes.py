@@ -1,0 +1,110 @@
+"""Turning the gang scheduler's outcomes into persisted state and events, one span per decision."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tessera.contracts.events import GangPlaced, GangUnschedulable, PodsEvicted
+from tessera.core.db.uow import UnitOfWork
+from tessera.core.observability.tracing import span_from_headers
+from tessera.scheduler.adapters.repository import PlacementRow, SchedulerRepository
+from tessera.scheduler.domain.gang.queue import GangQueue
+from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
+from tessera.scheduler.domain.snapshot import Allocation
+from tessera.scheduler.service_layer.gangs import placement_of
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GangInfo:
+    """What the service knows of a gang beyond the domain: its job, trace and members' groups."""
+
+    job_id: str
+    source: str
+    trace: Mapping[str, str] = field(default_factory=dict)
+    groups: dict[str, str] = field(default_factory=dict)  # pod -> pod group
+    placed: dict[str, str | None] = field(default_factory=dict)  # pod -> final phase once ended
+    announced: str = ""  # the last unschedulable message published
+
+
+def placement_rows(info: GangInfo, allocations: tuple[Allocation, ...]) -> list[PlacementRow]:
+    return [
+        PlacementRow(
+            job_id=info.job_id,
+            pod=a.pod,
+            pod_group=info.groups.get(a.pod, a.gang),
+            node=a.node,
+            gpus=a.gpu_milli,
+            cpu_milli=a.cpu_milli,
+            memory_mib=a.memory_mib,
+        )
+        for a in allocations
+    ]
+
+
+def rejected_nodes(outcome: GangOutcome) -> dict[str, int]:
+    """Nodes rejected per reason; a pod-wide rejection (a pre-filter) counts against every node."""
+    diagnosis = outcome.diagnosis
+    if diagnosis is None:
+        return {}
+    if diagnosis.rejected:
+        return dict(diagnosis.rejected)
+    if diagnosis.pre_filter is not None and diagnosis.nodes_considered:
+        return {reason: diagnosis.nodes_considered for reason in diagnosis.pre_filter.reasons}
+    return {}
+
+
+async def record_outcome(
+    outcome: GangOutcome,
+    info: GangInfo,
+    queue: GangQueue,
+    repo: SchedulerRepository,
+    uow: UnitOfWork,
+    uuids: Mapping[str, Mapping[int, str]],
+) -> None:
+    """Persist one decision and publish what it means, inside a ``scheduler.place_gang`` span."""
+    with span_from_headers("scheduler.place_gang", info.trace, job_id=info.job_id) as span:
+        span.set_attribute("outcome", outcome.kind.value)
+        if outcome.kind is OutcomeKind.WAITING:
+            span.set_attribute("reasons", outcome.message)
+            return
+        if outcome.evicted:
+            pods = sorted(a.pod for a in outcome.evicted)
+            for pod in pods:
+                await repo.release_pod(pod)
+                info.placed.pop(pod, None)
+            reason = outcome.reason.value if outcome.reason else "evicted"
+            await uow.publish(
+                PodsEvicted(job_id=info.job_id, pods=pods, reason=reason, message=outcome.message)
+            )
+            span.set_attribute("evicted", len(pods))
+        if outcome.kind is OutcomeKind.PLACED:
+            await repo.record_placements(placement_rows(info, outcome.bound))
+            for allocation in outcome.bound:
+                info.placed[allocation.pod] = None
+            if outcome.gang not in queue:
+                await repo.remove_pending(info.job_id)
+            placements = [
+                placement_of(a, info.groups.get(a.pod, a.gang), uuids.get(a.node, {})) for a in outcome.bound
+            ]
+            await uow.publish(GangPlaced(job_id=info.job_id, placements=placements))
+            span.set_attribute("nodes", ",".join(sorted(outcome.nodes)))
+            log.info("gang placed", extra={"job_id": info.job_id, "pods": len(outcome.bound)})
+            return
+        entry = queue.entry(outcome.gang) if outcome.gang in queue else None
+        message = outcome.message or (outcome.reason.value if outcome.reason else outcome.kind.value)
+        span.set_attribute("reasons", message)
+        if entry is not None:
+            reason = entry.last_reason.value if entry.last_reason else ""
+            await repo.record_requeued(info.job_id, entry.attempts, reason, message, entry.backoff_until)
+        if outcome.kind in (OutcomeKind.UNSCHEDULABLE, OutcomeKind.TIMED_OUT) and message != info.announced:
+            rejected = rejected_nodes(outcome)
+            await uow.publish(GangUnschedulable(job_id=info.job_id, message=message, rejected_nodes=rejected))
+            info.announced = message
+        log.info(
+            "gang not placed",
+            extra={"job_id": info.job_id, "outcome": outcome.kind.value, "reasons": message},
+        )

@@ -1,0 +1,134 @@
+"""Cluster changes into the scheduler: nodes, pods (new gang members, pods that ended) and PodGroups.
+
+Pods with ``schedulerName: tessera`` and the pod-group label, with their PodGroup, are gangs of
+their own ("native" gangs, named ``<namespace>/<group>``); the pods the scheduler created for
+admitted jobs carry the job-id label and are already known as the job's gang.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from tessera.cluster.domain import Node, Pod, PodGroup
+from tessera.cluster.port import EventType, WatchEvent
+from tessera.scheduler.adapters.kube import JOB_ID_LABEL
+from tessera.scheduler.adapters.repository import PODGROUP, SchedulerRepository
+from tessera.scheduler.config import SchedulerSettings
+from tessera.scheduler.domain.framework.cluster_view import gang_spec, node_info
+from tessera.scheduler.domain.framework.pod import InvalidSpec
+from tessera.scheduler.domain.gang.queue import ClusterEvent
+from tessera.scheduler.domain.gang.scheduler import GangOutcome
+from tessera.scheduler.domain.gang.spec import GangSpec
+from tessera.scheduler.service_layer.outcomes import GangInfo
+
+if TYPE_CHECKING:
+    from tessera.scheduler.service_layer.rebuild import ClusterSide, Rebuilt
+
+
+def pod_key(pod: Pod) -> str:
+    return f"{pod.namespace}/{pod.name}"
+
+
+def native_members(pods: dict[str, Pod], group: PodGroup) -> list[Pod]:
+    """The live pods of a PodGroup that are no job's (those are scheduled as the job's gang)."""
+    return [
+        pod
+        for pod in pods.values()
+        if pod.namespace == group.namespace
+        and pod.pod_group == group.name
+        and not pod.terminated
+        and not pod.deleting
+        and JOB_ID_LABEL not in pod.labels
+        and pod.problem is None
+    ]
+
+
+def native_gang(group: PodGroup, members: list[Pod], submitted_at: float) -> GangSpec:
+    """A PodGroup as a gang; members are keyed ``namespace/name`` as every pod in the domain is."""
+    spec = gang_spec(group, members, submitted_at)
+    renamed = tuple(replace(pod, name=f"{group.namespace}/{pod.name}") for pod in spec.members)
+    return replace(spec, members=renamed)
+
+
+class WatchState:
+    """Applies one watch event to the scheduler's state; returns the gangs it broke."""
+
+    def __init__(self, state: Rebuilt, cluster: ClusterSide, settings: SchedulerSettings, now: float) -> None:
+        self.state = state
+        self.cluster = cluster
+        self.settings = settings
+        self.now = now
+
+    async def apply(self, repo: SchedulerRepository, kind: str, event: WatchEvent[Any]) -> list[GangOutcome]:
+        if kind == "node":
+            return self._node(event)
+        if kind == "pod":
+            return await self._pod(repo, event)
+        if kind == "podgroup":
+            group: PodGroup = event.object
+            await self.refresh_native(repo, group.key)
+        return []
+
+    def _node(self, event: WatchEvent[Node]) -> list[GangOutcome]:
+        node, scheduler = event.object, self.state.assembly.scheduler
+        if event.type is EventType.DELETED:
+            self.state.nodes.pop(node.name, None)
+            return scheduler.node_lost(node.name, self.now)
+        try:
+            info = node_info(node)
+        except InvalidSpec:
+            return []
+        self.state.uuids[node.name] = {gpu.index: gpu.uuid for gpu in node.gpus}
+        if self.state.nodes.get(node.name) == info:
+            return []
+        self.state.nodes[node.name] = info
+        return scheduler.node_changed(info, self.now)
+
+    async def _pod(self, repo: SchedulerRepository, event: WatchEvent[Pod]) -> list[GangOutcome]:
+        pod = event.object
+        key = pod_key(pod)
+        ended = event.type is EventType.DELETED or pod.terminated
+        if ended and self.state.assembly.cache.allocation(key) is not None:
+            self.pod_ended(key, pod.phase.value if event.type is not EventType.DELETED else "Deleted")
+            return []
+        if pod.pod_group and JOB_ID_LABEL not in pod.labels and not pod.bound:
+            await self.refresh_native(repo, f"{pod.namespace}/{pod.pod_group}")
+        return []
+
+    def pod_ended(self, key: str, phase: str) -> None:
+        """A placed pod ended or vanished: its resources are free; its gang may now be finished."""
+        allocation = self.state.assembly.cache.remove_pod(key)
+        if allocation is None:
+            return
+        info = self.state.gangs.get(allocation.gang)
+        if info is not None:
+            info.placed[key] = phase
+        self.state.assembly.scheduler.notify(ClusterEvent.CAPACITY_FREED, self.now)
+
+    async def refresh_native(self, repo: SchedulerRepository, group_key: str) -> None:
+        """(Re)submit a native gang from the PodGroup and its pending pods."""
+        group = self.cluster.pod_groups.store.get(group_key)
+        if group is None:
+            return
+        members = native_members(self.cluster.pods.store, group)
+        if not any(not pod.bound for pod in members):
+            return
+        state = self.state
+        if group_key not in state.gangs:
+            submitted = self.now
+            await repo.add_pending(
+                group_key,
+                None,
+                datetime.fromtimestamp(submitted, UTC),
+                source=PODGROUP,
+                priority=max((pod.requirements.priority for pod in members), default=0),
+            )
+            state.gangs[group_key] = GangInfo(group_key, PODGROUP, {}, {})
+            state.native_submitted[group_key] = submitted
+        info = state.gangs[group_key]
+        info.groups.update({pod_key(pod): group.name for pod in members})
+        spec = native_gang(group, members, state.native_submitted.get(group_key, self.now))
+        spec = replace(spec, timeout_s=spec.timeout_s or self.settings.gang.timeout_s)
+        state.assembly.scheduler.submit(spec)

@@ -1,0 +1,177 @@
+"""Telemetry on real NATS and Postgres, reading the devcluster's simulated NVML over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import nats
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from tessera.contracts import subjects
+from tessera.core.db.engine import async_url
+from tessera.core.db.migrations import migrate_all
+from tessera.devcluster.cluster_file import load_cluster
+from tessera.devcluster.runner import DevCluster
+from tessera.devcluster.sim.context import SimSettings
+from tessera.devcluster.sim.nvml import DutyCycleTrace
+from tessera.telemetry import bootstrap
+from tessera.telemetry.config import TelemetrySettings
+from tessera.testing.services import eventually, read_stream, reset_jetstream, running, settings_for
+
+pytestmark = pytest.mark.integration
+
+CLUSTER = """
+nodes:
+  - name_prefix: gpu-node-
+    count: 2
+    cpu: "64"
+    memory: 512Gi
+    gpus: {count: 4, model: A100-80GB}
+"""
+
+
+@pytest.fixture
+def devcluster(tmp_path: Path) -> Iterator[DevCluster]:
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    cluster = DevCluster(
+        load_cluster(tmp_path / "cluster.yaml"),
+        settings=SimSettings(speed=10, pod_start_seconds=0.1),
+        duty_cycle=DutyCycleTrace.synthetic(),
+    )
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+async def system(nats_url: str, fresh_database: str) -> AsyncIterator[tuple[str, str]]:
+    await reset_jetstream(nats_url)
+    await asyncio.to_thread(migrate_all, fresh_database)
+    yield nats_url, fresh_database
+
+
+async def events(nats_url: str, subject: str) -> list[dict[str, object]]:
+    nc = await nats.connect(nats_url)
+    try:
+        return [e.data for e in await read_stream(nc.jetstream(), subject, idle_s=0.3)]
+    finally:
+        await nc.close()
+
+
+async def scalar(db: str, query: str) -> object:
+    engine = create_async_engine(async_url(db))
+    try:
+        async with engine.connect() as conn:
+            return (await conn.execute(text(query))).scalar_one()
+    finally:
+        await engine.dispose()
+
+
+def pod(name: str, node: str, profile: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {"tessera.io/sim-profile": profile}},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "main", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
+        },
+    }
+
+
+async def test_an_injected_xid_is_reported_once_within_15_seconds(
+    system: tuple[str, str], devcluster: DevCluster
+) -> None:
+    nats_url, db = system
+    settings = settings_for(
+        TelemetrySettings,
+        nats_url,
+        db,
+        devcluster_url=devcluster.url,
+        sample_interval_s=0.5,
+        inventory_interval_s=1.0,
+    )
+    async with running(bootstrap.build(settings), settings), httpx.AsyncClient() as http:
+
+        async def inventory_announced() -> bool:
+            return bool(await events(nats_url, subjects.INVENTORY_CHANGED))
+
+        await eventually(inventory_announced, what="the inventory", timeout=15)
+        injected = time.monotonic()
+        answer = await http.post(
+            f"{devcluster.url}/faults/gpu-node-1", json={"kind": "xid", "gpu": 2, "code": 79}
+        )
+        assert answer.status_code == 200, answer.text
+
+        async def unhealthy() -> list[dict[str, object]]:
+            return await events(nats_url, subjects.GPU_UNHEALTHY)
+
+        (event,) = await eventually(unhealthy, what="gpu_unhealthy", timeout=15)
+        assert time.monotonic() - injected < 15
+        assert (event["node"], event["gpu_index"], event["faults"], event["xid"]) == (
+            "gpu-node-1",
+            2,
+            ["xid"],
+            79,
+        )
+        gpu_uuid = devcluster.node("gpu-node-1").gpus[2].uuid
+        assert event["gpu_uuid"] == gpu_uuid
+
+        async def inventory_marks_it() -> bool:
+            last = (await events(nats_url, subjects.INVENTORY_CHANGED))[-1]
+            gpus = [g for n in last["nodes"] for g in n["gpus"]]  # type: ignore[attr-defined]
+            return any(g["uuid"] == gpu_uuid and g["healthy"] is False for g in gpus)
+
+        await eventually(inventory_marks_it, what="the inventory to mark the GPU unhealthy", timeout=10)
+        await asyncio.sleep(2.0)  # several more readings of the same fault
+        assert len(await unhealthy()) == 1, "the fault must be reported once, not once per reading"
+        assert (
+            await scalar(
+                db,
+                "SELECT count(*) FROM telemetry.gpu_findings WHERE kind = 'unhealthy' AND ended_at IS NULL",
+            )
+            == 1
+        )
+        assert await scalar(db, f"SELECT healthy FROM telemetry.gpus WHERE uuid = '{gpu_uuid}'") is False
+
+
+async def test_a_held_idle_gpu_is_reported_and_rollups_are_kept(
+    system: tuple[str, str], devcluster: DevCluster
+) -> None:
+    nats_url, db = system
+    settings = settings_for(
+        TelemetrySettings,
+        nats_url,
+        db,
+        devcluster_url=devcluster.url,
+        sample_interval_s=0.5,
+        idle={"idle_after_s": 1.0},
+    )
+    async with httpx.AsyncClient() as http:
+        for name, profile in (("sleepy", "idle"), ("busy", "training")):
+            created = await http.post(
+                f"{devcluster.url}/api/v1/namespaces/default/pods", json=pod(name, "gpu-node-0", profile)
+            )
+            assert created.status_code == 201, created.text
+    async with running(bootstrap.build(settings), settings):
+
+        async def idle() -> list[dict[str, object]]:
+            return await events(nats_url, subjects.GPU_IDLE)
+
+        (event,) = await eventually(idle, what="gpu_idle", timeout=15)
+        assert event["pods"] == ["default/sleepy"] and event["node"] == "gpu-node-0"
+
+        async def every_gpu_rolled_up() -> bool:
+            return await scalar(db, "SELECT count(DISTINCT gpu_uuid) FROM telemetry.gpu_rollups") == 8
+
+        await eventually(every_gpu_rolled_up, what="rollups of every GPU", timeout=25)
+        busiest = await scalar(db, "SELECT max(utilization_max_pct) FROM telemetry.gpu_rollups")
+        assert isinstance(busiest, float) and busiest > 50  # the training pod's GPU

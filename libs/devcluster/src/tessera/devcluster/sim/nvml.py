@@ -25,8 +25,18 @@ from tessera.devcluster.sim.devices import Holding
 from tessera.devcluster.sim.state import SimGpu
 
 SIM_PROFILE_ANNOTATION = "tessera.io/sim-profile"  # training | inference | idle
-DEFAULT_DATA_DIR = Path("/work/shared/data")
 DUTY_CYCLE_FILE = Path("genai/pod_gpu_duty_cycle.csv.gz")
+
+
+def default_data_dir() -> Path:
+    """`$TESSERA_DATA_DIR`, else `shared/data` beside the checkout this package lives in."""
+    configured = os.environ.get("TESSERA_DATA_DIR")
+    if configured:
+        return Path(configured)
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "libs" / "devcluster").is_dir():
+            return parent.parent / "shared" / "data"
+    return Path("shared") / "data"
 
 # Board power (W) by catalogue model; anything else draws 250 W at full load.
 TDP_W = {
@@ -93,7 +103,7 @@ class DutyCycleTrace:
         source = (
             Path(path)
             if path
-            else Path(os.environ.get("TESSERA_DATA_DIR", DEFAULT_DATA_DIR)) / DUTY_CYCLE_FILE
+            else default_data_dir() / DUTY_CYCLE_FILE
         )
         if not source.exists():
             if path:

@@ -7,7 +7,7 @@ admissions) and a crash anywhere before commit leaves no trace: the next cycle d
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -65,14 +65,19 @@ def _at(epoch: float) -> datetime:
 
 
 async def run_cycle(
-    uow: UnitOfWork, now: datetime | None = None, before_commit: Callable[[], None] | None = None
+    uow: UnitOfWork,
+    now: datetime | None = None,
+    before_commit: Callable[[], None] | None = None,
+    after_load: Callable[[], Awaitable[None]] | None = None,
 ) -> CycleReport:
-    """Run one cycle in `uow` and commit it."""
+    """Run one cycle in `uow` and commit it. The hooks are seams for fault and race tests."""
     now = now or datetime.now(UTC)
     session = uow.session
     await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CYCLE_LOCK_KEY})
     with tracer().start_as_current_span("admission.cycle") as span:
         state = await load_cycle_state(session, now)
+        if after_load is not None:
+            await after_load()
         result = state.engine.run_cycle(now.timestamp(), state.oracle)
         report = CycleReport(waiting=len(result.waits), examined=result.examined)
         out = OutboxBatch(uow)

@@ -18,6 +18,7 @@ import asyncpg  # type: ignore[import-untyped]
 import httpx
 import psutil  # type: ignore[import-untyped]
 import pytest
+import yaml
 
 from tessera.cli.up import SERVICES
 
@@ -79,6 +80,11 @@ def processes_using(state_dir: Path) -> list[str]:
     return found
 
 
+def kubeconfig_of(state_dir: Path) -> str:
+    """Where ``tessera up`` has the devcluster write its kubeconfig."""
+    return str(state_dir.resolve() / "kubeconfig")
+
+
 @pytest.fixture
 def state_dir() -> Iterator[Path]:
     # under /tmp rather than pytest's private basetemp, which PostgreSQL's own user cannot traverse
@@ -115,7 +121,13 @@ async def test_up_serves_endpoints_stops_cleanly_and_reuses_its_data(state_dir: 
                 assert health.json()["service"] == name
                 assert health.json()["nats_url"] == nats_url
                 assert health.json()["database_url"] == database_url
+                # the devcluster's kubeconfig, written before the services start
+                assert health.json()["kubeconfig"] == kubeconfig_of(state_dir)
                 assert (await client.get(ep["ready_url"])).status_code == 200
+            assert endpoints["kubeconfig"] == kubeconfig_of(state_dir)
+            devcluster = yaml.safe_load((state_dir / "kubeconfig").read_text())["clusters"][0]["cluster"]
+            nodes = (await client.get(f"{devcluster['server']}/api/v1/nodes")).json()["items"]
+            assert sorted(n["metadata"]["name"] for n in nodes) == [f"gpu-node-{i}" for i in range(4)]
         ports = json.loads((state_dir / "ports.json").read_text())
         assert nats_url.endswith(f":{ports['nats']}")
         assert f":{ports['postgres']}/" in database_url
@@ -130,6 +142,8 @@ async def test_up_serves_endpoints_stops_cleanly_and_reuses_its_data(state_dir: 
     # services first, then NATS, then PostgreSQL
     assert output.index("scheduler  | scheduler stopped") < output.index("stopping nats")
     assert output.index("stopping nats") < output.index("stopping postgres")
+    assert output.index("scheduler  | scheduler stopped") < output.index("stopping devcluster")
+    assert output.index("stopping devcluster") < output.index("stopping nats")
     assert processes_using(state_dir) == []
     assert not (state_dir / "endpoints.json").exists()
 

@@ -181,6 +181,8 @@ def test_help_lists_every_option() -> None:
         "--database-url",
         "--kubeconfig",
         "--ready-timeout",
+        "--no-devcluster",
+        "--devcluster-speed",
     ):
         assert option in result.output
     assert "TESSERA_NATS_URL" in result.output
@@ -201,3 +203,20 @@ def test_bad_options_fail_before_starting_anything(args: list[str], message: str
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
     assert not (tmp_path / "s").exists()
+
+
+def test_only_telemetry_reads_the_devcluster() -> None:
+    specs, endpoints = plan_services(
+        ["telemetry", "scheduler"],
+        {"telemetry": 1, "scheduler": 2},
+        nats_url="nats://n",
+        database_url="postgresql://d",
+        kubeconfig=Path("/s/kubeconfig"),
+        state=StateDir(Path("/s")),
+        service_argv=default_service_argv,
+        devcluster_url="http://127.0.0.1:16443",
+    )
+    assert specs[0].env["TESSERA_TELEMETRY_DEVCLUSTER_URL"] == "http://127.0.0.1:16443"
+    assert "TESSERA_TELEMETRY_DEVCLUSTER_URL" not in specs[1].env
+    assert all(s.env["TESSERA_KUBECONFIG"] == "/s/kubeconfig" for s in specs)
+    assert endpoints.kubeconfig == "/s/kubeconfig"

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from tessera.cli import jobs, up
+from tessera.cli import devcluster, jobs, up
 
 app = typer.Typer(
     help="Tessera: gang scheduling, GPU sharing and cheap preemption for GPU clusters on Kubernetes.",
@@ -17,6 +17,7 @@ app = typer.Typer(
 contracts_app = typer.Typer(help="The published commands and events.", no_args_is_help=True)
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(contracts_app, name="contracts")
+app.add_typer(devcluster.app, name="devcluster")
 up.register(app)
 console = Console()
 

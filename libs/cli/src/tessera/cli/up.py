@@ -116,15 +116,28 @@ def up(
     ] = None,
     kubeconfig: Annotated[
         Path | None,
-        typer.Option(help="Kubernetes cluster for the services (passed as TESSERA_KUBECONFIG)."),
+        typer.Option(
+            help="Use this Kubernetes cluster instead of the devcluster (passed as TESSERA_KUBECONFIG)."
+        ),
     ] = None,
     cluster_file: Annotated[
         Path | None,
         typer.Option(
             envvar="TESSERA_TELEMETRY_CLUSTER_FILE",
-            help=f"Cluster file (YAML) whose GPUs telemetry reports. Default: {DEFAULT_CLUSTER_FILE} if present.",
+            help="Cluster file (YAML) the devcluster simulates (and telemetry reports without one). "
+            f"Default: {DEFAULT_CLUSTER_FILE} if present, else 4 nodes of 8 A100-80GB.",
         ),
     ] = None,
+    devcluster: Annotated[
+        bool,
+        typer.Option(
+            help="Start the devcluster (a simulated GPU cluster) and write STATE_DIR/kubeconfig; "
+            "off when --kubeconfig is given."
+        ),
+    ] = True,
+    devcluster_speed: Annotated[
+        float, typer.Option(min=0.001, help="Simulated seconds per wall-clock second in the devcluster.")
+    ] = 1.0,
     ready_timeout: Annotated[
         float, typer.Option(min=1, help="Seconds to wait for each component to become ready.")
     ] = 60.0,
@@ -132,16 +145,24 @@ def up(
         float, typer.Option(min=0.1, help="Seconds a service gets after SIGTERM before SIGKILL.")
     ] = 10.0,
 ) -> None:
-    """Run Tessera on this machine: PostgreSQL, NATS and the six services, until Ctrl-C.
+    """Run Tessera on this machine: PostgreSQL, NATS, the devcluster and the six services, until Ctrl-C.
 
     Data lives under --state-dir and is reused by the next run; endpoints.json there says where
-    everything is. Ports: NATS 14222, PostgreSQL 15432, services 18080-18085 when free, else free
-    ones, remembered in ports.json. Ctrl-C or SIGTERM stops the services, then NATS, then PostgreSQL.
+    everything is. The devcluster writes STATE_DIR/kubeconfig (try `kubectl --kubeconfig
+    .tessera/kubeconfig get nodes,pods -o wide`); --kubeconfig uses a real cluster instead. Ports:
+    NATS 14222, PostgreSQL 15432, devcluster 16443, services 18080-18085 when free, else free ones,
+    remembered in ports.json. Ctrl-C or SIGTERM stops the services, then the devcluster, then NATS,
+    then PostgreSQL.
     """
     if kubeconfig is not None and not kubeconfig.is_file():
         raise typer.BadParameter(f"{kubeconfig} is not a file", param_hint="--kubeconfig")
     chosen = parse_services(services)
-    cluster_file = resolve_cluster_file(cluster_file, needed="telemetry" in chosen)
+    with_devcluster = devcluster and kubeconfig is None
+    if kubeconfig is None or cluster_file is not None:
+        # without a devcluster or a cluster, telemetry reports the cluster file's GPUs
+        cluster_file = resolve_cluster_file(
+            cluster_file, needed="telemetry" in chosen and kubeconfig is None and not devcluster
+        )
     options = UpOptions(
         state_dir=state_dir,
         services=chosen,
@@ -149,6 +170,8 @@ def up(
         database_url=check_url(database_url, ("postgresql", "postgres"), "--database-url"),
         kubeconfig=kubeconfig.resolve() if kubeconfig else None,
         cluster_file=cluster_file,
+        devcluster=with_devcluster,
+        devcluster_speed=devcluster_speed,
         ready_timeout=ready_timeout,
         stop_timeout=stop_timeout,
     )

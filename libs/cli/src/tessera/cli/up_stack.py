@@ -1,7 +1,8 @@
 """What ``tessera up`` runs: the stack's plan, its start, its readiness wait and its stop.
 
 Starts PostgreSQL and NATS (JetStream) from their PyPI packages under the state directory unless
-URLs are given, runs every migration, starts the six services under a supervisor, waits for each
+URLs are given, runs every migration, starts the devcluster unless a kubeconfig is given (see
+``tessera.cli.devcluster``), starts the six services under a supervisor, waits for each
 one's ``/readyz``, writes ``endpoints.json`` and prints what runs where. SIGINT/SIGTERM stop the
 services (SIGTERM, then SIGKILL after a timeout), then NATS, then PostgreSQL. A second run reuses
 the data and, where still free, the same ports.
@@ -24,6 +25,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from tessera.cli.devcluster import DEFAULT_DEVCLUSTER_PORT, DevclusterProcess, write_default_cluster
 from tessera.cli.supervisor import ServiceSpec, Supervisor
 from tessera.core.embedded import (
     ComponentError,
@@ -61,8 +63,11 @@ class UpOptions:
     nats_url: str | None = None
     database_url: str | None = None
     kubeconfig: Path | None = None
-    #: the GPU inventory telemetry reports (and the devcluster will simulate)
+    #: the GPU inventory the devcluster simulates (telemetry reads it without a devcluster)
     cluster_file: Path | None = None
+    #: start the devcluster when no kubeconfig is given
+    devcluster: bool = True
+    devcluster_speed: float = 1.0
     ready_timeout: float = 60.0
     stop_timeout: float = 10.0
     #: prefer the fixed default ports (14222, 15432, 18080…) when no port is remembered yet;
@@ -84,17 +89,29 @@ def migrate_all(database_url: str) -> None:
     run_migrations(database_url)
 
 
-def start_devcluster(options: UpOptions, state: StateDir, console: Console) -> Path | None:
-    """Hook: start the devcluster (simulating ``options.cluster_file``) and return its kubeconfig.
-
-    Not wired into ``tessera up`` yet, so it starts nothing and returns ``None``: the services then
-    run without a Kubernetes cluster unless ``--kubeconfig`` names one.
-    """
-    console.print(
-        "[yellow]![/] no Kubernetes cluster attached: the devcluster is not started by 'tessera up' yet; "
-        "pass --kubeconfig to use a cluster"
+def start_devcluster(
+    options: UpOptions, state: StateDir, console: Console, stack: contextlib.ExitStack
+) -> DevclusterProcess:
+    """Start the devcluster simulating ``options.cluster_file`` (4x8 A100 by default); its stop goes on
+    ``stack``, so it stops after the services and before NATS and PostgreSQL."""
+    cluster_file = options.cluster_file or write_default_cluster(state.root / "devcluster-cluster.yaml")
+    devcluster = DevclusterProcess(
+        cluster_file=cluster_file,
+        kubeconfig=state.root / "kubeconfig",
+        port=state.choose_port("devcluster", options.default_port(DEFAULT_DEVCLUSTER_PORT)),
+        log_file=state.log_file("devcluster"),
+        speed=options.devcluster_speed,
+        host=HOST,
     )
-    return None
+    with console.status(f"Starting the devcluster on {devcluster.url} ({cluster_file.name})…"):
+        stack.callback(_stopping, console, "devcluster", devcluster.stop)
+        devcluster.start(timeout=options.ready_timeout)
+    state.remember_ports({"devcluster": devcluster.port})
+    console.print(
+        f"[green]✓[/] devcluster ready on {devcluster.url} ({cluster_file.name}, speed x{options.devcluster_speed:g}); "
+        f"kubeconfig {devcluster.kubeconfig}"
+    )
+    return devcluster
 
 
 def plan_services(
@@ -107,6 +124,7 @@ def plan_services(
     state: StateDir,
     service_argv: ServiceArgv,
     cluster_file: Path | None = None,
+    devcluster_url: str | None = None,
 ) -> tuple[list[ServiceSpec], Endpoints]:
     """How to launch each service, and the endpoints it will serve."""
     specs: list[ServiceSpec] = []
@@ -123,6 +141,8 @@ def plan_services(
             env["TESSERA_KUBECONFIG"] = str(kubeconfig)
         if name == "telemetry" and cluster_file is not None:
             env["TESSERA_TELEMETRY_CLUSTER_FILE"] = str(cluster_file)
+        if name == "telemetry" and devcluster_url is not None:
+            env["TESSERA_TELEMETRY_DEVCLUSTER_URL"] = devcluster_url
         log_file = state.log_file(name)
         specs.append(ServiceSpec(name, service_argv(name), env, log_file))
         base = f"http://{HOST}:{ports[name]}"
@@ -168,7 +188,12 @@ def run_up(
                 except Exception as err:
                     raise ComponentError("migrations", f"{type(err).__name__}: {err}") from err
             console.print("[green]✓[/] migrations applied")
-            kubeconfig = options.kubeconfig or start_devcluster(options, state, console)
+            kubeconfig, devcluster = options.kubeconfig, None
+            if kubeconfig is None and options.devcluster:
+                devcluster = start_devcluster(options, state, console, stack)
+                kubeconfig = devcluster.kubeconfig
+            elif kubeconfig is None:
+                console.print("[yellow]![/] no Kubernetes cluster: --no-devcluster and no --kubeconfig")
             ports = {
                 n: state.choose_port(f"service.{n}", options.default_port(DEFAULT_SERVICE_PORTS[n]))
                 for n in options.services
@@ -183,10 +208,11 @@ def run_up(
                 state=state,
                 service_argv=service_argv,
                 cluster_file=options.cluster_file,
+                devcluster_url=devcluster.url if devcluster else None,
             )
             # from here on the event loop owns SIGINT/SIGTERM; teardown below must not be interrupted
             stack.callback(_ignore_stop_signals)
-            return asyncio.run(_serve(options, state, console, specs, endpoints))
+            return asyncio.run(_serve(options, state, console, specs, endpoints, devcluster))
     except (ComponentError, StateDirBusy) as err:
         console.print(f"[red]error:[/] {escape(str(err))}", soft_wrap=True)
         return 1
@@ -247,7 +273,12 @@ def _stopping(console: Console, component: str, stop: Callable[[], None]) -> Non
 
 
 async def _serve(
-    options: UpOptions, state: StateDir, console: Console, specs: list[ServiceSpec], endpoints: Endpoints
+    options: UpOptions,
+    state: StateDir,
+    console: Console,
+    specs: list[ServiceSpec],
+    endpoints: Endpoints,
+    devcluster: DevclusterProcess | None = None,
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -256,19 +287,38 @@ async def _serve(
     supervisor = Supervisor(
         specs, sink=_console_sink(console, [s.name for s in specs]), stop_timeout=options.stop_timeout
     )
+    lost: list[str] = []
+    watch = loop.create_task(_watch_devcluster(devcluster, stop, lost)) if devcluster else None
     try:
         await supervisor.start()
         if await _wait_ready(supervisor, endpoints, options.ready_timeout, stop, console):
             write_endpoints(state.endpoints_file, endpoints)
-            _print_table(console, state, endpoints)
+            _print_table(console, state, endpoints, devcluster)
             await stop.wait()
+        for reason in lost:
+            console.print(f"[red]error:[/] {escape(reason)}", soft_wrap=True)
         console.print("stopping services…")
     finally:
+        if watch is not None:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
         await supervisor.stop()
         state.endpoints_file.unlink(missing_ok=True)
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-    return 0
+    return 1 if lost else 0
+
+
+async def _watch_devcluster(devcluster: DevclusterProcess, stop: asyncio.Event, lost: list[str]) -> None:
+    """A devcluster that dies takes the cluster with it (a restart would be an empty one): stop all."""
+    while not stop.is_set():
+        if not devcluster.is_running:
+            lost.append(f"devcluster: exited; everything stops (log: {devcluster.log_file})")
+            stop.set()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
 
 
 async def _wait_ready(
@@ -323,18 +373,24 @@ def _console_sink(console: Console, names: list[str]) -> Callable[[str, str], No
     return sink
 
 
-def _print_table(console: Console, state: StateDir, endpoints: Endpoints) -> None:
+def _print_table(
+    console: Console, state: StateDir, endpoints: Endpoints, devcluster: DevclusterProcess | None = None
+) -> None:
     table = Table(title="Tessera is up", title_justify="left", caption=f"state and logs under {state.root}")
     for column in ("component", "url", "log"):
         table.add_column(column, overflow="fold")
     logs = state.logs.name
     table.add_row("postgres", _hide_password(endpoints.database_url), f"{logs}/postgres.log")
     table.add_row("nats", endpoints.nats_url, f"{logs}/nats.log")
+    if devcluster is not None:
+        table.add_row("devcluster", devcluster.url, f"{logs}/devcluster.log")
     for name, ep in endpoints.services.items():
         table.add_row(name, ep.base_url, f"{logs}/{name}.log")
     if endpoints.admission_api_url:
         table.add_row("admission API", endpoints.admission_api_url, "")
     console.print(table)
+    if endpoints.kubeconfig:
+        console.print(f"kubectl --kubeconfig {endpoints.kubeconfig} get nodes,pods -o wide")
     console.print(f"endpoints: {state.endpoints_file}   stop with Ctrl-C")
 
 

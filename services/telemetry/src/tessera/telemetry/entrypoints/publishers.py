@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from tessera.contracts.events import GpuSample
 from tessera.core.messaging.envelope import encode
 from tessera.core.runner import ServiceContext
-from tessera.telemetry.domain.model import GpuSource, Reading, with_health
+from tessera.telemetry.domain.model import GpuSource, Reading, SourceUnavailable, with_health
 from tessera.telemetry.domain.monitor import Monitor
 from tessera.telemetry.service_layer.handlers import sync_inventory
 from tessera.telemetry.service_layer.monitoring import prune_rollups, record_observation, restore_findings
@@ -78,6 +78,9 @@ async def sample(ctx: ServiceContext) -> None:
         now = datetime.now(UTC)
         try:
             readings = await t.source.read(now)
+        except SourceUnavailable as exc:
+            log.warning("the GPUs cannot be read", extra={"source": t.source.name, "reason": str(exc)})
+            readings = []
         except Exception:
             log.exception("reading the GPUs failed", extra={"source": t.source.name})
             readings = []

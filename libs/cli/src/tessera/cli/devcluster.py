@@ -1,0 +1,246 @@
+"""The devcluster from the ``tessera`` CLI: the process ``tessera up`` runs, and ``tessera devcluster``.
+
+``tessera up`` runs the devcluster (``python -m tessera.devcluster serve``) as a child process of its
+own, beside NATS and PostgreSQL: it is infrastructure the services talk to over HTTP, it is busy
+under a trace replay (a process of its own gets a core of its own), and its log is its own. It is
+not restarted when it dies: a restarted devcluster is an empty cluster, so ``tessera up`` stops and
+says so instead. See docs/adr/0008-telemetry-sources.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+import yaml
+from rich.console import Console
+
+from tessera.core.embedded.process import ManagedProcess
+
+DEFAULT_DEVCLUSTER_PORT = 16443
+DEFAULT_KUBECONFIG = Path(".tessera/kubeconfig")
+OPENB_PODS = Path("openb") / "openb_pod_list_default.csv"
+#: the cluster ``tessera up`` simulates when no cluster file is given (examples/clusters/dev-4x8.yaml)
+DEV_4X8 = {
+    "nodes": [
+        {
+            "name_prefix": "gpu-node-",
+            "count": 4,
+            "cpu": "96",
+            "memory": "1Ti",
+            "labels": {"topology.kubernetes.io/zone": "rack-a"},
+            "gpus": {"count": 8, "model": "A100-80GB", "memory_mib": 81920},
+        }
+    ]
+}
+
+
+class DevclusterProcess(ManagedProcess):
+    """``python -m tessera.devcluster serve`` on a loopback port, writing ``kubeconfig``."""
+
+    component = "devcluster"
+
+    def __init__(
+        self,
+        *,
+        cluster_file: Path,
+        kubeconfig: Path,
+        port: int,
+        log_file: Path,
+        speed: float = 1.0,
+        host: str = "127.0.0.1",
+    ) -> None:
+        super().__init__(log_file)
+        self.cluster_file = cluster_file
+        self.kubeconfig = kubeconfig
+        self.port = port
+        self.speed = speed
+        self.host = host
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "tessera.devcluster",
+            "serve",
+            "--cluster",
+            str(self.cluster_file),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--speed",
+            f"{self.speed:g}",
+        ]
+
+    def prepare(self) -> None:
+        # the kubeconfig appears once the API server listens: a stale one must not look ready
+        self.kubeconfig.unlink(missing_ok=True)
+
+    def is_ready(self) -> bool:
+        if not self.kubeconfig.exists():
+            return False
+        try:
+            return httpx.get(f"{self.url}/nvml", timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+def write_default_cluster(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "# The default devcluster of `tessera up`: 4 nodes of 8 A100-80GB.\n" + yaml.safe_dump(DEV_4X8)
+    )
+    return path
+
+
+# -- `tessera devcluster` --------------------------------------------------------------------------------
+app = typer.Typer(
+    help="The devcluster: a simulated GPU cluster on this machine (started by `tessera up`).",
+    no_args_is_help=True,
+)
+console = Console()
+
+
+def default_data_dir() -> Path:
+    """``$TESSERA_DATA_DIR``, else ``shared/data`` beside the checkout (as the devcluster resolves it)."""
+    from tessera.devcluster.sim.nvml import default_data_dir as devcluster_data_dir
+
+    return devcluster_data_dir()
+
+
+def resolve_trace(pods: Path | None, data_dir: Path) -> Path:
+    """``--pods`` as given when it exists, else the same name under the data directory's openb/."""
+    if pods is None:
+        candidate = data_dir / OPENB_PODS
+    elif pods.exists() or pods.is_absolute():
+        candidate = pods
+    else:
+        candidate = data_dir / "openb" / pods
+        if not candidate.exists():
+            candidate = data_dir / pods
+    if not candidate.is_file():
+        raise typer.BadParameter(
+            f"{candidate} is not a file (data directory {data_dir}; set TESSERA_DATA_DIR or give a path)",
+            param_hint="--pods",
+        )
+    return candidate
+
+
+def _kubeconfig(path: Path) -> Path:
+    if not path.is_file():
+        raise typer.BadParameter(
+            f"{path} does not exist: start `tessera up` first, or give the kubeconfig of a devcluster",
+            param_hint="--kubeconfig",
+        )
+    return path
+
+
+def devcluster_url(kubeconfig: Path) -> str:
+    """The API server of a kubeconfig's current context (the devcluster serves /nvml and /faults there)."""
+    config = yaml.safe_load(kubeconfig.read_text()) or {}
+    current = config.get("current-context")
+    contexts = {c["name"]: c["context"] for c in config.get("contexts", [])}
+    clusters = {c["name"]: c["cluster"] for c in config.get("clusters", [])}
+    try:
+        server: str = clusters[contexts[current]["cluster"]]["server"]
+    except (KeyError, TypeError):
+        raise typer.BadParameter(
+            f"{kubeconfig}: no server for the current context {current!r}", param_hint="--kubeconfig"
+        ) from None
+    return server.rstrip("/")
+
+
+KubeconfigOption = Annotated[
+    Path,
+    typer.Option(help="The devcluster's kubeconfig, as written by `tessera up`."),
+]
+
+
+@app.command()
+def replay(
+    pods: Annotated[
+        Path | None,
+        typer.Option(
+            help="An openb pod list (CSV). A bare name is looked up under the data directory's openb/; "
+            f"default: {OPENB_PODS} there."
+        ),
+    ] = None,
+    speed: Annotated[float, typer.Option(min=0.001, help="Trace seconds per wall-clock second.")] = 1.0,
+    kubeconfig: KubeconfigOption = DEFAULT_KUBECONFIG,
+    namespace: Annotated[str, typer.Option(help="Namespace of the pods.")] = "default",
+    scheduler: Annotated[str, typer.Option(help="schedulerName of the pods.")] = "tessera",
+    skip: Annotated[int, typer.Option(min=0, help="Skip the first N pods of the trace.")] = 0,
+    limit: Annotated[int | None, typer.Option(min=1, help="Replay at most N pods.")] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="TESSERA_DATA_DIR", help="Where the traces are; default: shared/data beside the checkout."
+        ),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option(help="Print what would be created; create nothing.")] = False,
+) -> None:
+    """Create pods from the openb trace at its creation times divided by --speed.
+
+    Each row becomes a pod for Tessera's scheduler (GPU count, share of a GPU, allowed models, and
+    its run time as `tessera.io/sim-duration`). Start `tessera up` first; run it at the same
+    --devcluster-speed so that pods run for their traced time.
+    """
+    from tessera.devcluster.cli import main as devcluster_main
+
+    trace = resolve_trace(pods, data_dir or default_data_dir())
+    argv = ["replay", "--pods", str(trace), "--speed", f"{speed:g}", "--namespace", namespace]
+    argv += ["--scheduler", scheduler, "--skip", str(skip)]
+    if limit is not None:
+        argv += ["--limit", str(limit)]
+    if dry_run:
+        argv.append("--dry-run")
+    else:
+        argv += ["--kubeconfig", str(_kubeconfig(kubeconfig))]
+    raise typer.Exit(devcluster_main(argv))
+
+
+@app.command()
+def nvml(
+    node: Annotated[str | None, typer.Argument(help="A node; all nodes' names when omitted.")] = None,
+    kubeconfig: KubeconfigOption = DEFAULT_KUBECONFIG,
+) -> None:
+    """Print what simulated NVML reads on a node's GPUs (JSON)."""
+    url = devcluster_url(_kubeconfig(kubeconfig))
+    answer = httpx.get(f"{url}/nvml" + (f"/{node}" if node else ""), timeout=10)
+    if answer.status_code != 200:
+        console.print(f"[red]error:[/] {answer.status_code}: {answer.text}")
+        raise typer.Exit(1)
+    console.print_json(answer.text)
+
+
+@app.command()
+def fault(
+    node: Annotated[str, typer.Argument(help="The node.")],
+    kind: Annotated[str, typer.Option(help="xid, overheating or lost.")] = "xid",
+    gpu: Annotated[
+        int | None, typer.Option(help="GPU index; omitted with --kind lost: the whole node.")
+    ] = None,
+    code: Annotated[int, typer.Option(help="The XID error code.")] = 79,
+    clear: Annotated[bool, typer.Option(help="Clear the node's faults instead.")] = False,
+    kubeconfig: KubeconfigOption = DEFAULT_KUBECONFIG,
+) -> None:
+    """Inject a GPU fault (an XID error, overheating, a lost GPU or node), or clear a node's faults."""
+    url = f"{devcluster_url(_kubeconfig(kubeconfig))}/faults/{node}"
+    if clear:
+        answer = httpx.delete(url, timeout=10)
+    else:
+        answer = httpx.post(url, json={"kind": kind, "gpu": gpu, "code": code}, timeout=10)
+    if answer.status_code != 200:
+        console.print(f"[red]error:[/] {answer.status_code}: {answer.text}")
+        raise typer.Exit(1)
+    console.print_json(answer.text)

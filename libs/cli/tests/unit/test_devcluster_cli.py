@@ -1,0 +1,118 @@
+"""``tessera devcluster`` and the devcluster process ``tessera up`` runs: options, paths, command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from tessera.cli.devcluster import (
+    OPENB_PODS,
+    DevclusterProcess,
+    app,
+    devcluster_url,
+    resolve_trace,
+    write_default_cluster,
+)
+from tessera.devcluster.cluster_file import default_cluster, load_cluster
+
+ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
+TRACE = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    (tmp_path / "openb").mkdir()
+    (tmp_path / OPENB_PODS).write_text(TRACE + "openb-pod-0001,8000,32768,1,1000,,LS,Running,10,100,12\n")
+    return tmp_path
+
+
+def test_the_trace_defaults_to_the_openb_default_list_in_the_data_dir(data_dir: Path) -> None:
+    assert resolve_trace(None, data_dir) == data_dir / OPENB_PODS
+
+
+def test_a_bare_trace_name_is_looked_up_in_the_data_dir(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path / "openb")
+    assert resolve_trace(Path("openb_pod_list_default.csv"), data_dir) == Path("openb_pod_list_default.csv")
+    monkeypatch.chdir("/")
+    assert resolve_trace(Path("openb_pod_list_default.csv"), data_dir) == data_dir / OPENB_PODS
+
+
+def test_a_missing_trace_names_the_flag_and_the_data_dir(tmp_path: Path) -> None:
+    with pytest.raises(typer.BadParameter, match="set TESSERA_DATA_DIR") as err:
+        resolve_trace(Path("nope.csv"), tmp_path)
+    assert err.value.param_hint == "--pods"
+
+
+def test_replay_dry_run_uses_the_data_dir(data_dir: Path) -> None:
+    result = CliRunner().invoke(app, ["replay", "--dry-run", "--data-dir", str(data_dir)], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "would create openb-pod-0001" in result.output
+
+
+def test_replay_without_a_stack_says_to_start_one(data_dir: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["replay", "--data-dir", str(data_dir), "--kubeconfig", str(tmp_path / "missing")],
+        env=ENV,
+    )
+    assert result.exit_code == 2
+    assert "start `tessera up` first" in " ".join(result.output.split())
+
+
+def test_help_lists_the_commands() -> None:
+    result = CliRunner().invoke(app, ["--help"], env=ENV)
+    assert result.exit_code == 0
+    for command in ("replay", "nvml", "fault"):
+        assert command in result.output
+
+
+def test_the_devcluster_url_comes_from_the_kubeconfig(tmp_path: Path) -> None:
+    from tessera.devcluster.apiserver.server import write_kubeconfig
+
+    path = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:16443/")
+    assert devcluster_url(path) == "http://127.0.0.1:16443"
+    (tmp_path / "broken").write_text(yaml.safe_dump({"current-context": "x"}))
+    with pytest.raises(typer.BadParameter, match="no server for the current context 'x'"):
+        devcluster_url(tmp_path / "broken")
+
+
+def test_the_default_cluster_is_the_dev_4x8_cluster(tmp_path: Path) -> None:
+    written = load_cluster(write_default_cluster(tmp_path / "c.yaml"))
+    assert written == default_cluster()
+    repository_file = Path(__file__).parents[4] / "examples" / "clusters" / "dev-4x8.yaml"
+    assert written == load_cluster(repository_file)
+
+
+def test_the_devcluster_process_command_line(tmp_path: Path) -> None:
+    process = DevclusterProcess(
+        cluster_file=tmp_path / "c.yaml",
+        kubeconfig=tmp_path / "kubeconfig",
+        port=16443,
+        log_file=tmp_path / "devcluster.log",
+        speed=100,
+    )
+    assert process.url == "http://127.0.0.1:16443"
+    assert process.command()[1:] == [
+        "-m",
+        "tessera.devcluster",
+        "serve",
+        "--cluster",
+        str(tmp_path / "c.yaml"),
+        "--kubeconfig",
+        str(tmp_path / "kubeconfig"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "16443",
+        "--speed",
+        "100",
+    ]
+    (tmp_path / "kubeconfig").write_text("stale")
+    process.prepare()
+    assert not process.is_ready()  # a stale kubeconfig is removed before the start

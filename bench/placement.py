@@ -220,8 +220,12 @@ def plot(panels: dict[str, dict[str, dict[str, object]]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
-    for ax, (label, summary) in zip(axes[0], panels.items(), strict=True):
+    cols = min(2, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.8 * rows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (label, summary) in zip(axes.flat, panels.items(), strict=False):
         ax.plot(ARRIVAL_POINTS, ARRIVAL_POINTS, color="lightgray", linestyle=":", label="arrived")
         for name, s in summary.items():
             curve = s["alloc_curve_mean"]
@@ -307,8 +311,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.pods.resolve() == DEFAULT_PODS.resolve():
         print()
         print("\n".join(cross_check(panels[args.pods.name])))
-    plot(panels, args.plot)
+    plot({args.pods.name: panels[args.pods.name]}, args.plot)
     print(f"\nplot: {args.plot}")
+    if args.variants:
+        variants_plot = args.plot.with_name(f"{args.plot.stem}_variants.png")
+        plot({v: panels[v] for v in args.variants}, variants_plot)
+        print(f"plot: {variants_plot}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(panels[args.pods.name], indent=2) + "\n")

@@ -1,0 +1,198 @@
+"""`tessera up` with its devcluster, as a user meets it: the real kubectl, GPU faults, MIG, a replay."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from tessera.contracts import subjects
+from tessera.testing.services import read_stream
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+ROOT = Path(__file__).parents[2]
+KUBECTL_HINT = (
+    "kubectl is a binary dependency of this test and was not found on PATH (e.g. /usr/bin/kubectl); "
+    "install it from the pkgs.k8s.io apt repository or https://dl.k8s.io/release/v1.31.0/bin/linux/amd64/kubectl"
+)
+
+
+@dataclass(frozen=True)
+class Stack:
+    state: Path
+    env: dict[str, str]
+    kubeconfig: Path
+    nats_url: str
+    kubectl_path: str
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        result = subprocess.run(
+            [self.kubectl_path, "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            input=stdin,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {result.stderr}"
+        return result.stdout
+
+    def tessera(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tessera.cli", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=120,
+            cwd=ROOT,
+        )
+
+    def node(self, name: str) -> dict[str, Any]:
+        node: dict[str, Any] = json.loads(self.kubectl("get", "node", name, "-o", "json"))
+        return node
+
+
+def until(probe: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    kubectl_path = shutil.which("kubectl")
+    if kubectl_path is None:
+        pytest.fail(KUBECTL_HINT)
+    state = tmp_path_factory.mktemp("tessera-up-devcluster")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+    log = (state / "up.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tessera.cli", "up", "--state-dir", str(state), "--devcluster-speed", "10"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=ROOT,
+    )
+    endpoints_file = state / "endpoints.json"
+    deadline = time.monotonic() + 120
+    while not endpoints_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(
+                f"tessera up did not become ready in 120 s:\n{(state / 'up.log').read_text()[-4000:]}"
+            )
+        time.sleep(0.5)
+    endpoints = json.loads(endpoints_file.read_text())
+    kubeconfig = Path(endpoints["kubeconfig"])
+    yield Stack(state, env, kubeconfig, endpoints["nats_url"], kubectl_path)
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("tessera up did not stop within 60 s of Ctrl-C")
+    assert code == 0, (state / "up.log").read_text()[-3000:]
+    assert not kubeconfig.with_name("endpoints.json").exists()
+
+
+def test_the_kubeconfig_is_in_the_state_dir_and_kubectl_lists_the_gpu_nodes(stack: Stack) -> None:
+    assert stack.kubeconfig == stack.state.resolve() / "kubeconfig"
+    lines = stack.kubectl("get", "nodes,pods", "-o", "wide").splitlines()
+    nodes = [line.split() for line in lines if line.startswith("node/")]
+    assert [(cells[0], cells[1]) for cells in nodes] == [(f"node/gpu-node-{i}", "Ready") for i in range(4)]
+    allocatable = stack.node("gpu-node-0")["status"]["allocatable"]
+    assert allocatable["nvidia.com/gpu"] == "8"
+
+
+async def test_an_injected_xid_is_reported_as_gpu_unhealthy_within_15_seconds(stack: Stack) -> None:
+    injected = stack.tessera(
+        "devcluster",
+        "fault",
+        "gpu-node-1",
+        "--gpu",
+        "5",
+        "--code",
+        "79",
+        "--kubeconfig",
+        str(stack.kubeconfig),
+    )
+    assert injected.returncode == 0, injected.stderr
+    started = time.monotonic()
+    nc = await nats.connect(stack.nats_url)
+    try:
+        found: list[dict[str, Any]] = []
+        while time.monotonic() - started < 15 and not found:
+            events = await read_stream(nc.jetstream(), subjects.GPU_UNHEALTHY, idle_s=0.3)
+            found = [e.data for e in events if e.data["node"] == "gpu-node-1" and e.data["gpu_index"] == 5]
+    finally:
+        await nc.close()
+    assert found, "no gpu_unhealthy event for gpu-node-1 GPU 5 within 15 s of the XID"
+    assert found[0]["faults"] == ["xid"] and found[0]["xid"] == 79
+    # the device plugin withdrew it as well
+    until(
+        lambda: stack.node("gpu-node-1")["status"]["allocatable"]["nvidia.com/gpu"] == "7",
+        "the device plugin to withdraw the GPU",
+    )
+
+
+BUSY_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: holds-a-gpu, namespace: default}
+spec:
+  nodeName: gpu-node-3
+  containers:
+    - name: main
+      image: registry.k8s.io/pause:3.9
+      resources: {limits: {nvidia.com/gpu: "1"}}
+"""
+
+
+def test_mig_config_succeeds_on_an_idle_node_and_fails_on_a_busy_one(stack: Stack) -> None:
+    stack.kubectl("apply", "-f", "-", stdin=BUSY_POD)
+    until(
+        lambda: stack.kubectl("get", "pod", "holds-a-gpu", "-o", "jsonpath={.status.phase}") == "Running",
+        "the GPU-holding pod to run",
+    )
+    for node in ("gpu-node-2", "gpu-node-3"):
+        stack.kubectl("label", "node", node, "nvidia.com/mig.config=all-1g.10gb", "--overwrite")
+
+    def state_of(node: str) -> str | None:
+        labels: dict[str, str] = stack.node(node)["metadata"]["labels"]
+        return labels.get("nvidia.com/mig.config.state")
+
+    until(lambda: state_of("gpu-node-2") == "success", "MIG success on the idle node")
+    allocatable = stack.node("gpu-node-2")["status"]["allocatable"]
+    assert allocatable.get("nvidia.com/mig-1g.10gb") == "56"  # 7 instances on each of 8 A100-80GB
+    assert allocatable.get("nvidia.com/gpu", "0") == "0"
+    until(lambda: state_of("gpu-node-3") == "failed", "MIG failed on the busy node")
+    busy = stack.node("gpu-node-3")["status"]["allocatable"]
+    assert "nvidia.com/mig-1g.10gb" not in busy and busy["nvidia.com/gpu"] == "8"
+
+
+def test_replay_creates_trace_pods_for_the_scheduler(stack: Stack) -> None:
+    replayed = stack.tessera(
+        "devcluster", "replay", "--skip", "2000", "--limit", "5", "--speed", "1000",
+        "--kubeconfig", str(stack.kubeconfig),
+    )  # fmt: skip
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "replayed 5 pods, 0 rejected" in replayed.stdout
+    names = stack.kubectl("get", "pods", "-l", "tessera.io/trace=openb", "-o", "name").split()
+    assert len(names) == 5

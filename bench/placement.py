@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,20 +25,14 @@ import numpy as np
 
 from bench._openb import DEFAULT_NODES, DEFAULT_PODS, VARIANTS, derive_variant, load_nodes, load_pods
 from tessera.scheduler.domain.placement import (
-    BestFitPolicy,
+    POLICY_FACTORIES,
     ClusterState,
-    DotProdPolicy,
-    FGDPolicy,
     FragmentationModel,
     NodeSpec,
-    PackingPolicy,
     PlacementInputError,
-    PlacementPolicy,
     PodShape,
-    RandomPolicy,
-    TesseraPolicy,
     WorkloadProfile,
-    random_ranks,
+    make_policy,
 )
 from tessera.scheduler.domain.placement.replay import arrival_sequence, ratio_curve, replay
 
@@ -48,17 +42,7 @@ ARRIVAL_POINTS = list(range(131))
 PUBLISHED = {"Random": (86.30, 87.47), "BestFit": (92.86, 93.08), "FGD": (95.23, 95.39)}
 CROSS_CHECK_TOLERANCE = 0.4
 
-PolicyFactory = Callable[[ClusterState, FragmentationModel, WorkloadProfile, int], PlacementPolicy]
-
-POLICIES: dict[str, PolicyFactory] = {
-    "Random": lambda st, fm, wp, seed: RandomPolicy(seed),
-    "BestFit": lambda st, fm, wp, seed: BestFitPolicy(random_ranks(st.num_nodes, seed)),
-    "DotProd": lambda st, fm, wp, seed: DotProdPolicy(random_ranks(st.num_nodes, seed)),
-    "FGD": lambda st, fm, wp, seed: FGDPolicy(fm, random_ranks(st.num_nodes, seed)),
-    "Tessera": lambda st, fm, wp, seed: TesseraPolicy(fm, wp, random_ranks(st.num_nodes, seed)),
-    "Binpack": lambda st, fm, wp, seed: PackingPolicy(random_ranks(st.num_nodes, seed), "binpack", "binpack"),
-    "Spread": lambda st, fm, wp, seed: PackingPolicy(random_ranks(st.num_nodes, seed), "spread", "spread"),
-}
+POLICIES = POLICY_FACTORIES
 DEFAULT_POLICIES = "Random,BestFit,DotProd,FGD,Tessera"
 
 
@@ -126,7 +110,7 @@ def run_workload(
         for seed in seeds:
             state = ClusterState(nodes)
             model = FragmentationModel(profile.typical, state)
-            policy = POLICIES[name](state, model, profile, seed)
+            policy = make_policy(name, state, profile, seed)
             started = time.perf_counter()
             result = replay(state, policy, sequences[seed], fragmentation=model)
             alloc = ratio_curve(

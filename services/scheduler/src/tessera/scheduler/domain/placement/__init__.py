@@ -21,11 +21,13 @@ from tessera.scheduler.domain.placement.policies import (
     PlacementPolicy,
     RandomPolicy,
 )
+from tessera.scheduler.domain.placement.registry import POLICY_FACTORIES, make_policy, place_all
 from tessera.scheduler.domain.placement.state import ClusterState
 from tessera.scheduler.domain.placement.tessera_policy import TesseraPolicy, WorkloadProfile
 
 __all__ = [
     "MILLI_PER_GPU",
+    "POLICY_FACTORIES",
     "BestFitPolicy",
     "ClusterState",
     "DotProdPolicy",
@@ -41,6 +43,8 @@ __all__ = [
     "TesseraPolicy",
     "TypicalPod",
     "WorkloadProfile",
+    "make_policy",
+    "place_all",
     "random_ranks",
     "typical_pods",
 ]

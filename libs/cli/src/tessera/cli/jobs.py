@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,7 +26,25 @@ ApiOption = Annotated[
 
 
 def _client(api: str | None) -> httpx.Client:
-    return httpx.Client(base_url=api or admission_url(), timeout=15)
+    """A client of admission; sends `TESSERA_TOKEN` as the bearer token when it is set."""
+    token = os.environ.get("TESSERA_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=api or admission_url(), timeout=15, headers=headers)
+
+
+def fail_on_error(response: httpx.Response) -> None:
+    """Print admission's structured error (code, message, field) and exit 1."""
+    if response.status_code < 400:
+        return
+    try:
+        body = response.json()
+        message = body.get("message") or response.text
+        field = body.get("field")
+    except ValueError:
+        message, field = response.text, None
+    where = f" (field {field})" if field else ""
+    err.print(f"[red]error {response.status_code}[/]: {message}{where}")
+    raise typer.Exit(1)
 
 
 def load_job_file(path: Path) -> Any:
@@ -120,3 +139,15 @@ def list_jobs(
     for job in response.json():
         table.add_row(job["id"], job["name"], job["tenant"], job["queue"], job["state"], job["submitted_at"])
     console.print(table)
+
+
+@app.command()
+def cancel(job_id: Annotated[str, typer.Argument(help="the job's id")], api: ApiOption = None) -> None:
+    """Cancel a queued or running job; the quota it held is free for the next admission cycle."""
+    with _client(api) as client:
+        try:
+            response = client.post(f"/v1/jobs/{job_id}/cancel")
+        except httpx.HTTPError as exc:
+            raise _fail_unreachable(str(client.base_url), exc) from exc
+    fail_on_error(response)
+    console.print(f"cancelled {job_id}")

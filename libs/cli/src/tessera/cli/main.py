@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from tessera.cli import devcluster, jobs, up
+from tessera.cli import devcluster, jobs, queues, tokens, up
 
 app = typer.Typer(
     help="Tessera: gang scheduling, GPU sharing and cheap preemption for GPU clusters on Kubernetes.",
@@ -16,6 +16,8 @@ app = typer.Typer(
 )
 contracts_app = typer.Typer(help="The published commands and events.", no_args_is_help=True)
 app.add_typer(jobs.app, name="jobs")
+app.add_typer(queues.app, name="queues")
+app.add_typer(tokens.app, name="tokens")
 app.add_typer(contracts_app, name="contracts")
 app.add_typer(devcluster.app, name="devcluster")
 up.register(app)

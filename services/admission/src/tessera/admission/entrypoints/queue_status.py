@@ -39,6 +39,14 @@ class QueueStatus(BaseModel):
     admitted_jobs: list[str]
 
 
+_RESOURCE_ORDER = {"gpu": 0, "gpu-milli": 1, "cpu": 3, "memory": 4}
+
+
+def _order(flavors: tuple[str, ...], fr: tuple[str, str]) -> tuple[int, int, str]:
+    """Flavors in the queue's order; in each, gpu, gpu-milli, MIG profiles, cpu, memory."""
+    return flavors.index(fr[0]), _RESOURCE_ORDER.get(fr[1], 2), fr[1]
+
+
 async def queue_status(session: AsyncSession, name: str, show: int = 50) -> QueueStatus | None:
     state = await load_cycle_state(session, datetime.now(UTC))
     spec = state.config.queues.get(name)
@@ -48,7 +56,7 @@ async def queue_status(session: AsyncSession, name: str, show: int = 50) -> Queu
     usage = tree.queue_usage(name)
     siblings = [q for q in state.config.queues.values() if q.cohort is not None and q.cohort == spec.cohort]
     resources = []
-    for fr, quota in spec.quotas.items():
+    for fr, quota in sorted(spec.quotas.items(), key=lambda kv: _order(spec.flavor_order, kv[0])):
         used = usage.get(fr, 0)
         borrowed = max(0, used - quota.nominal)
         spare = max(0, quota.nominal - used)

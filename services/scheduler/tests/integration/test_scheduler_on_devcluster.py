@@ -25,6 +25,7 @@ from tessera.cluster.conventions.names import GPU_ASSIGNMENT_ANNOTATION
 from tessera.cluster.domain.allocation import DeviceAssignment
 from tessera.cluster.domain.requirements import PodRef
 from tessera.cluster.kube.adapter import KubernetesCluster
+from tessera.cluster.port import ClusterError
 from tessera.contracts import subjects
 from tessera.contracts.events import JobAdmitted
 from tessera.contracts.jobs import JobSpec
@@ -181,16 +182,120 @@ async def _matching(world: World, subject: str, job_id: str) -> list[Any]:
     return [event for event in await world.events(subject) if event.job_id == job_id]
 
 
-class FailingBinds(KubernetesCluster):
-    """The Kubernetes adapter, refusing the Nth bind (1-based)."""
+class ScriptedCluster(KubernetesCluster):
+    """The Kubernetes adapter with a log of binds and evictions, failing chosen binds (1-based).
 
-    fail_on = 3
-    calls = 0
+    ``refuse``: the API refuses the bind (a ClusterError). ``crash``: the scheduler itself fails
+    mid-bind (the cycle aborts and its transaction rolls back, as if the process died there).
+    """
+
+    def __init__(self, api: Any, script: dict[int, str], log: list[tuple[str, str]]) -> None:
+        super().__init__(api)
+        self.script = script
+        self.log = log
 
     async def bind(self, ref: PodRef, node: str, assignment: DeviceAssignment | None = None) -> None:
-        type(self).calls += 1
-        if type(self).calls == self.fail_on:
-            from tessera.cluster.port import ClusterError
-
-            raise ClusterError(f"injected failure binding {ref}")
+        call = sum(1 for verb, _ in self.log if verb.startswith("bind")) + 1
+        action = self.script.get(call)
+        if action == "refuse":
+            self.log.append(("bind-refused", ref.name))
+            raise ClusterError(f"injected: the API refused binding {ref}")
+        if action == "crash":
+            self.log.append(("bind-crashed", ref.name))
+            raise RuntimeError(f"injected: the scheduler died binding {ref}")
         await super().bind(ref, node, assignment)
+        self.log.append(("bind", ref.name))
+
+    async def evict(self, ref: PodRef, grace_period_seconds: int | None = None) -> None:
+        await super().evict(ref, grace_period_seconds)
+        self.log.append(("evict", ref.name))
+
+
+def scripted(script: dict[int, str], log: list[tuple[str, str]]) -> Any:
+    return lambda api: ScriptedCluster(api, script, log)
+
+
+async def test_a_bind_failing_halfway_evicts_the_bound_pods_and_holds_nothing(world: World) -> None:
+    job = str(uuid.uuid4())
+    log: list[tuple[str, str]] = []
+    settings = world.settings().model_copy(
+        update={"gang": world.settings().gang.model_copy(update={"backoff_initial_s": 3.0})}
+    )
+    async with running(bootstrap.build(settings, cluster_factory=scripted({3: "refuse"}, log)), settings):
+        await world.admit(job, gang_job("alpha", duration_s=600))
+        evicted = await eventually(lambda: _matching(world, subjects.PODS_EVICTED, job), what="pods evicted")
+        # Inside the backoff: nothing of the gang is bound or recorded, the gang waits to retry.
+        first_two = [name for verb, name in log if verb == "bind"]
+        assert len(first_two) == 2
+        assert evicted[0].pods == sorted(first_two) and evicted[0].reason == "bind_failed"
+        assert sorted(name for verb, name in log if verb == "evict") == sorted(first_two)
+        assert bound(world.pods(job_prefix("alpha", job))) == []
+        assert await world.rows("SELECT count(*) FROM scheduler.placements") == [(0,)]
+        assert await world.rows(
+            f"SELECT reason_code, attempts FROM scheduler.pending_gangs WHERE job_id = '{job}'"
+        ) == [("bind_failed", 1)]
+        # After the backoff the evicted pods are recreated and the whole gang is bound.
+        await eventually(
+            lambda: _async(len(bound(world.pods(job_prefix("alpha", job)))) == 4),
+            what="alpha bound",
+            timeout=20,
+        )
+        placed = await eventually(lambda: _matching(world, subjects.GANG_PLACED, job), what="gang_placed")
+        assert len(placed) == 1 and len(placed[0].placements) == 4
+        assert await world.rows("SELECT count(*) FROM scheduler.placements") == [(4,)]
+
+
+async def test_a_restart_loses_no_placement_and_binds_nothing_twice(world: World) -> None:
+    alpha, beta, gamma = str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())
+    log: list[tuple[str, str]] = []
+    settings = world.settings()
+    async with running(bootstrap.build(settings, cluster_factory=scripted({}, log)), settings):
+        await world.admit(alpha, gang_job("alpha", duration_s=60))
+        await eventually(
+            lambda: _async(len(bound(world.pods(job_prefix("alpha", alpha)))) == 4), what="alpha bound"
+        )
+        await world.admit(beta, gang_job("beta", duration_s=20))
+        await eventually(lambda: _matching(world, subjects.GANG_UNSCHEDULABLE, beta), what="beta waiting")
+    assert len(log) == 4
+    # A new instance: the placement is rebuilt from the database and the cluster, not bound again.
+    log_after: list[tuple[str, str]] = []
+    async with running(bootstrap.build(settings, cluster_factory=scripted({}, log_after)), settings):
+        await asyncio.sleep(1.0)
+        assert log_after == [], "nothing is bound again after a restart"
+        assert await world.rows(f"SELECT count(*) FROM scheduler.placements WHERE job_id = '{alpha}'") == [
+            (4,)
+        ]
+        await eventually(
+            lambda: _matching(world, subjects.GANG_FINISHED, alpha), what="alpha finished", timeout=30
+        )
+        await eventually(
+            lambda: _async(len(bound(world.pods(job_prefix("beta", beta)))) == 4), what="beta bound"
+        )
+        await eventually(
+            lambda: _matching(world, subjects.GANG_FINISHED, beta), what="beta finished", timeout=30
+        )
+    bound_twice = [
+        name
+        for name in {n for _, n in log + log_after}
+        if [v for v, n in log + log_after if n == name].count("bind") > 1
+    ]
+    assert bound_twice == []
+    assert [verb for verb, _ in log_after] == ["bind"] * 4
+    # Dying halfway through binding gamma (after 2 of 4): the rebuilt state finds gamma bound below
+    # its quorum, evicts the 2 pods and binds the whole gang again.
+    crash_log: list[tuple[str, str]] = []
+    async with running(
+        bootstrap.build(settings, cluster_factory=scripted({3: "crash"}, crash_log)), settings
+    ):
+        await world.admit(gamma, gang_job("gamma", duration_s=600))
+        evicted = await eventually(
+            lambda: _matching(world, subjects.PODS_EVICTED, gamma), what="gamma evicted"
+        )
+        assert evicted[0].reason == "partial_after_restart"
+        assert sorted(evicted[0].pods) == sorted([name for verb, name in crash_log if verb == "bind"][:2])
+        await eventually(
+            lambda: _async(len(bound(world.pods(job_prefix("gamma", gamma)))) == 4), what="gamma bound"
+        )
+        assert await world.rows(f"SELECT count(*) FROM scheduler.placements WHERE job_id = '{gamma}'") == [
+            (4,)
+        ]

@@ -85,15 +85,32 @@ class ClusterBinder:
             raise BindError(f"{allocation.pod} to {allocation.node}: {error}") from error
 
     def evict(self, allocation: Allocation) -> None:
+        call = self._evict(allocation.pod)
+        if self._on_loop():
+            # A rebuild or a watch event broke a gang on the loop itself: evict in the background.
+            self.loop.create_task(call)
+            return
+        asyncio.run_coroutine_threadsafe(call, self.loop).result(self.timeout_s)
+
+    async def _evict(self, pod: str) -> None:
         try:
-            self._wait(self.cluster.evict(PodRef.parse(allocation.pod), grace_period_seconds=0))
+            await self.cluster.evict(PodRef.parse(pod), grace_period_seconds=0)
         except NotFound:
             pass
         except (ClusterError, OSError, TimeoutError) as error:
-            # The pod keeps running on the cluster; the next list shows it and it is evicted again.
-            log.warning("eviction failed", extra={"pod": allocation.pod, "error": str(error)})
+            # The pod keeps running; it is found bound below quorum at the next rebuild and evicted again.
+            log.warning("eviction failed", extra={"pod": pod, "error": str(error)})
+
+    def _on_loop(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False
 
     def _wait(self, call: Coroutine[Any, Any, None]) -> None:
+        if self._on_loop():
+            call.close()
+            raise BindError("a bind must run on the scheduling thread, not on the event loop")
         asyncio.run_coroutine_threadsafe(call, self.loop).result(self.timeout_s)
 
 

@@ -26,7 +26,13 @@ from tessera.scheduler.adapters.repository import JOB, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.gang.assembly import Assembly
 from tessera.scheduler.domain.gang.scheduler import GangOutcome
-from tessera.scheduler.service_layer.gangs import inventory_node, inventory_uuids, job_gang, job_pod_names
+from tessera.scheduler.service_layer.gangs import (
+    inventory_node,
+    inventory_uuids,
+    job_gang,
+    job_pod_names,
+    pod_name,
+)
 from tessera.scheduler.service_layer.outcomes import GangInfo, record_outcome
 from tessera.scheduler.service_layer.rebuild import ClusterSide, Rebuilt, rebuild
 from tessera.scheduler.service_layer.watches import WatchState
@@ -190,7 +196,7 @@ class SchedulingEngine:
             await repo.release_job(info.job_id)
             await repo.remove_pending(info.job_id)
             succeeded = all(phase == "Succeeded" for phase in info.placed.values())
-            pods = {pod.partition("/")[2] or pod: phase or "" for pod, phase in info.placed.items()}
+            pods = {pod_name(pod): phase or "" for pod, phase in info.placed.items()}
             await uow.publish(GangFinished(job_id=info.job_id, succeeded=succeeded, pods=pods))
             del state.gangs[gang]
             state.specs.pop(gang, None)

@@ -102,9 +102,14 @@ def inventory_uuids(node: NodeInventory) -> dict[int, str]:
     return {i: gpu.uuid for i, gpu in enumerate(sorted(node.gpus, key=lambda gpu: gpu.index))}
 
 
+def pod_name(key: str) -> str:
+    """The pod's name from its ``namespace/name`` key, as events name pods."""
+    return key.partition("/")[2] or key
+
+
 def placement_of(allocation: Allocation, group: str, uuids: Mapping[int, str]) -> PodPlacement:
     return PodPlacement(
-        pod=allocation.pod.partition("/")[2] or allocation.pod,
+        pod=pod_name(allocation.pod),
         group=group,
         node=allocation.node,
         gpus=[

@@ -13,7 +13,7 @@ from tessera.scheduler.adapters.repository import PlacementRow, SchedulerReposit
 from tessera.scheduler.domain.gang.queue import GangQueue
 from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
 from tessera.scheduler.domain.snapshot import Allocation
-from tessera.scheduler.service_layer.gangs import placement_of
+from tessera.scheduler.service_layer.gangs import placement_of, pod_name
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +72,11 @@ async def record_outcome(
             span.set_attribute("reasons", outcome.message)
             return
         if outcome.evicted:
-            pods = sorted(a.pod for a in outcome.evicted)
-            for pod in pods:
-                await repo.release_pod(pod)
-                info.placed.pop(pod, None)
+            keys = sorted(a.pod for a in outcome.evicted)
+            for key in keys:
+                await repo.release_pod(key)
+                info.placed.pop(key, None)
+            pods = [pod_name(key) for key in keys]
             reason = outcome.reason.value if outcome.reason else "evicted"
             await uow.publish(
                 PodsEvicted(job_id=info.job_id, pods=pods, reason=reason, message=outcome.message)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import zlib
 from typing import Any
@@ -179,6 +180,8 @@ class Kubelet:
                     {
                         "name": c.get("name", "main"),
                         "image": c.get("image", ""),
+                        # required by the API (the official client rejects a status without it)
+                        "imageID": _image_id(c.get("image", "")),
                         "ready": True,
                         "started": True,
                         "restartCount": 0,
@@ -284,3 +287,9 @@ def _pod_ip(host: str, name: str) -> str:
     """A pod address in the node's own /24 of the pod network (10.64+.x.y for node 10.0.a.b)."""
     parts = host.split(".")
     return f"10.{64 + int(parts[2])}.{parts[3]}.{zlib.crc32(name.encode()) % 250 + 2}"
+
+
+def _image_id(image: str) -> str:
+    """A content digest for the image, in the form containerd reports it."""
+    name = image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
+    return f"{name}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"

@@ -25,7 +25,7 @@ class AdmissionSettings(ServiceSettings):
 
     http_port: int = 8080
     cycle_interval_s: float = Field(0.2, gt=0, description="seconds between checks for changes when idle")
-    full_cycle_interval_s: float = Field(5.0, gt=0, description="a cycle runs at least this often")
+    full_cycle_interval_s: float = Field(10.0, gt=0, description="a cycle runs at least this often")
     auth: AuthMode = Field(
         AuthMode.DISABLED, description="`required` in production: bearer tokens per tenant"
     )

@@ -34,7 +34,7 @@ async def _change_mark(ctx: ServiceContext) -> int:
 
 async def admission_cycle(ctx: ServiceContext) -> None:
     interval = float(ctx.extras.get("cycle_interval_s", 0.2))
-    full_every = float(ctx.extras.get("full_cycle_interval_s", 5.0))
+    full_every = float(ctx.extras.get("full_cycle_interval_s", 10.0))
     wake = ctx.extras.setdefault("cycle_wake", asyncio.Event())
     assert isinstance(wake, asyncio.Event)
     last_mark: int | None = None

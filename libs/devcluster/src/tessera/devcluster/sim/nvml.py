@@ -38,6 +38,7 @@ def default_data_dir() -> Path:
             return parent.parent / "shared" / "data"
     return Path("shared") / "data"
 
+
 # Board power (W) by catalogue model; anything else draws 250 W at full load.
 TDP_W = {
     "A100-80GB": 400.0,
@@ -100,11 +101,7 @@ class DutyCycleTrace:
     @classmethod
     def load(cls, path: str | Path | None = None) -> DutyCycleTrace:
         """The trace from `path`, else `$TESSERA_DATA_DIR/genai/...`, else a synthetic diurnal curve."""
-        source = (
-            Path(path)
-            if path
-            else default_data_dir() / DUTY_CYCLE_FILE
-        )
+        source = Path(path) if path else default_data_dir() / DUTY_CYCLE_FILE
         if not source.exists():
             if path:
                 raise FileNotFoundError(f"duty-cycle trace {source} does not exist")

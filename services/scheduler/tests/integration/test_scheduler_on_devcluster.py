@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from tessera.cluster.builders import PodManifest, pod_group_manifest
 from tessera.cluster.conventions.names import GPU_ASSIGNMENT_ANNOTATION
 from tessera.cluster.domain.allocation import DeviceAssignment
 from tessera.cluster.domain.requirements import PodRef
@@ -33,7 +34,7 @@ from tessera.core.db.engine import async_url
 from tessera.core.db.migrations import migrate_all
 from tessera.core.messaging.envelope import encode
 from tessera.core.messaging.streams import StreamLimits, ensure_stream
-from tessera.devcluster.apiserver import PODS
+from tessera.devcluster.apiserver import PODGROUPS, PODS
 from tessera.devcluster.runner import DevCluster
 from tessera.devcluster.sim.nvml import DutyCycleTrace
 from tessera.scheduler import bootstrap
@@ -299,3 +300,43 @@ async def test_a_restart_loses_no_placement_and_binds_nothing_twice(world: World
         assert await world.rows(f"SELECT count(*) FROM scheduler.placements WHERE job_id = '{gamma}'") == [
             (4,)
         ]
+
+
+def member_pod(name: str, group: str, gpus: int) -> dict[str, Any]:
+    return (
+        PodManifest(name)
+        .scheduler()
+        .group(group)
+        .requests(cpu="4", memory="16Gi")
+        .gpus(gpus)
+        .annotate("tessera.io/sim-duration", "20")
+        .obj()
+    )
+
+
+async def test_pods_already_on_the_cluster_are_scheduled_as_their_pod_group(world: World) -> None:
+    settings = world.settings()
+    store = world.devcluster.store
+    store.create(PODGROUPS, "default", pod_group_manifest("infer", min_member=3))
+    for i in range(2):
+        store.create(PODS, "default", member_pod(f"infer-{i}", "infer", gpus=4))
+    async with running(bootstrap.build(settings), settings):
+        query = "SELECT job_id, source FROM scheduler.pending_gangs"
+        await eventually(lambda: world.rows(query), what="the pod group queued")
+        assert await world.rows(query) == [("default/infer", "podgroup")]
+        await asyncio.sleep(1.0)  # several cycles: two members wait in Permit for the third
+        assert bound(world.pods("infer-")) == [], "two of three members are not a quorum"
+        store.create(PODS, "default", member_pod("infer-2", "infer", gpus=4))
+        placed = await eventually(
+            lambda: _matching(world, subjects.GANG_PLACED, "default/infer"), what="infer placed"
+        )
+        assert sorted(p.pod for p in placed[0].placements) == ["infer-0", "infer-1", "infer-2"]
+        assert len(bound(world.pods("infer-"))) == 3
+        for pod in world.pods("infer-"):
+            assert GPU_ASSIGNMENT_ANNOTATION in pod["metadata"]["annotations"]
+        finished = await eventually(
+            lambda: _matching(world, subjects.GANG_FINISHED, "default/infer"),
+            what="infer finished",
+            timeout=30,
+        )
+        assert finished[0].pods == {f"infer-{i}": "Succeeded" for i in range(3)}

@@ -12,7 +12,11 @@ from tessera.core.runner import BackgroundTask, ServiceContext, ServiceDefinitio
 from tessera.scheduler.adapters import orm
 from tessera.scheduler.config import SchedulerSettings, get_settings
 from tessera.scheduler.service_layer.engine import SchedulingEngine
-from tessera.scheduler.service_layer.handlers import inventory_changed_handler, job_admitted_handler
+from tessera.scheduler.service_layer.handlers import (
+    gpu_unhealthy_handler,
+    inventory_changed_handler,
+    job_admitted_handler,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,9 @@ def consumers(ctx: ServiceContext) -> list[ConsumerSpec]:
             subjects.INVENTORY_CHANGED,
             inventory_changed_handler(engine),
             c,
+        ),
+        ConsumerSpec.configured(
+            "scheduler-gpu-health", "telemetry", subjects.GPU_UNHEALTHY, gpu_unhealthy_handler(engine), c
         ),
     ]
 

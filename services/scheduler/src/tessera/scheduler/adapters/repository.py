@@ -86,6 +86,25 @@ class SchedulerRepository:
                 )
             )
 
+    async def mark_gpu_unhealthy(self, node: str, gpu_uuid: str) -> None:
+        """Keep a GPU's fault in the stored inventory until the next report says otherwise."""
+        data = await self.session.scalar(
+            select(inventory_nodes.c.data).where(inventory_nodes.c.name == node).with_for_update()
+        )
+        if data is None:
+            return
+        inventory = NodeInventory.model_validate(data)
+        gpus = [
+            gpu.model_copy(update={"healthy": False}) if gpu.uuid == gpu_uuid else gpu
+            for gpu in inventory.gpus
+        ]
+        changed = inventory.model_copy(update={"gpus": gpus})
+        await self.session.execute(
+            update(inventory_nodes)
+            .where(inventory_nodes.c.name == node)
+            .values(data=changed.model_dump(mode="json"))
+        )
+
     async def inventory(self) -> list[NodeInventory]:
         rows = (
             await self.session.execute(select(inventory_nodes.c.data).order_by(inventory_nodes.c.name))

@@ -24,6 +24,7 @@ from tessera.contracts.events import GangFinished
 from tessera.core.db.uow import UnitOfWork
 from tessera.scheduler.adapters.repository import JOB, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
+from tessera.scheduler.domain.cache import CacheConflict
 from tessera.scheduler.domain.gang.assembly import Assembly
 from tessera.scheduler.domain.gang.scheduler import GangOutcome
 from tessera.scheduler.service_layer.gangs import (
@@ -58,6 +59,7 @@ class SchedulingEngine:
         self._wake = asyncio.Event()
         self._inventory_dirty = True
         self._events: deque[tuple[str, WatchEvent[object]]] = deque()
+        self._unhealthy: deque[tuple[str, int]] = deque()
         self.state: Rebuilt | None = None
         self.cycles = 0
 
@@ -66,6 +68,10 @@ class SchedulingEngine:
     def wake(self, *, inventory: bool = False) -> None:
         if inventory:
             self._inventory_dirty = True
+        self._wake.set()
+
+    def gpu_unhealthy(self, node: str, index: int) -> None:
+        self._unhealthy.append((node, index))
         self._wake.set()
 
     def on_watch(self, kind: str, event: WatchEvent[object]) -> None:
@@ -116,6 +122,11 @@ class SchedulingEngine:
                 self.state = await rebuild(repo, self.settings, self.cluster, now)
                 self._inventory_dirty = False
                 outcomes += self.state.recovered
+                if self.cluster is not None:
+                    # PodGroups created while the scheduler was away join the queue now.
+                    watches = WatchState(self.state, self.cluster, self.settings, now)
+                    for group in sorted(self.cluster.pod_groups.store):
+                        await watches.refresh_native(repo, group)
             state = self.state
             if self.cluster is None and self._inventory_dirty:
                 self._inventory_dirty = False
@@ -126,6 +137,11 @@ class SchedulingEngine:
                 while self._events:
                     kind, event = self._events.popleft()
                     outcomes += await watches.apply(repo, kind, event)
+            while self._unhealthy:
+                node, index = self._unhealthy.popleft()
+                if node in state.nodes:
+                    with contextlib.suppress(CacheConflict):
+                        state.assembly.scheduler.gpu_health_changed(node, index, False, now)
             await self._finish_ended(repo, uow, now)
             if self.cluster is not None:
                 await self._materialize()

@@ -6,7 +6,7 @@ scheduler's lock, so a redelivered or batched message only ever queues a gang on
 
 from __future__ import annotations
 
-from tessera.contracts.events import InventoryChanged, JobAdmitted
+from tessera.contracts.events import GpuUnhealthy, InventoryChanged, JobAdmitted
 from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import Handler, PermanentError
 from tessera.core.messaging.envelope import Envelope
@@ -41,3 +41,17 @@ def inventory_changed_handler(engine: SchedulingEngine) -> Handler:
         after_commit(uow.session, lambda: engine.wake(inventory=True))
 
     return handle_inventory_changed
+
+
+def gpu_unhealthy_handler(engine: SchedulingEngine) -> Handler:
+    """A GPU went bad: new pods avoid it (its pods stay; telemetry and operators decide about them)."""
+
+    async def handle_gpu_unhealthy(envelope: Envelope, uow: UnitOfWork) -> None:
+        event = envelope.parse()
+        if not isinstance(event, GpuUnhealthy):
+            raise PermanentError(f"expected gpu_unhealthy, got {envelope.type}")
+        repo = SchedulerRepository(uow.session)
+        await repo.mark_gpu_unhealthy(event.node, event.gpu_uuid)
+        after_commit(uow.session, lambda: engine.gpu_unhealthy(event.node, event.gpu_index))
+
+    return handle_gpu_unhealthy

@@ -1,0 +1,128 @@
+"""The scheduler without a cluster: gangs placed on the inventory telemetry reports, health respected,
+and placements kept across a restart. Real Postgres and NATS."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import nats
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from tessera.contracts import subjects
+from tessera.contracts.base import Message
+from tessera.contracts.events import GpuInventory, GpuUnhealthy, InventoryChanged, JobAdmitted, NodeInventory
+from tessera.contracts.jobs import JobSpec
+from tessera.core.db.engine import async_url
+from tessera.core.db.migrations import migrate_all
+from tessera.core.messaging.envelope import encode
+from tessera.core.messaging.streams import StreamLimits, ensure_stream
+from tessera.scheduler import bootstrap
+from tessera.scheduler.config import SchedulerSettings
+from tessera.testing.services import eventually, read_stream, reset_jetstream, running, settings_for
+
+pytestmark = pytest.mark.integration
+
+NODE = NodeInventory(
+    name="gpu-node-0",
+    cpu_milli=96_000,
+    memory_mib=1_048_576,
+    gpus=[GpuInventory(index=i, uuid=f"GPU-{i}", model="A100-80GB", memory_mib=81920) for i in range(8)],
+)
+
+
+def job(name: str, gpus: int) -> JobSpec:
+    return JobSpec.model_validate(
+        {"name": name, "tenant": "t", "pod_groups": [{"name": "w", "replicas": 1, "gpu": {"count": gpus}}]}
+    )
+
+
+@pytest.fixture
+async def system(nats_url: str, fresh_database: str) -> AsyncIterator[tuple[str, str]]:
+    await reset_jetstream(nats_url)
+    await asyncio.to_thread(migrate_all, fresh_database)
+    yield nats_url, fresh_database
+
+
+async def publish(nats_url: str, owner: str, event: Message) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        await ensure_stream(js, owner, StreamLimits(120.0, 3600.0, 1024**3, 1))
+        subject, headers, body = encode(event, f"tessera/{owner}")
+        await js.publish(subject, body, headers=headers)
+    finally:
+        await nc.close()
+
+
+async def events(nats_url: str, subject: str, job_id: str) -> list[Any]:
+    nc = await nats.connect(nats_url)
+    try:
+        found = await read_stream(nc.jetstream(), subject, idle_s=0.2)
+        return [e.parse() for e in found if e.parse().job_id == job_id]  # type: ignore[attr-defined]
+    finally:
+        await nc.close()
+
+
+async def rows(db: str, query: str) -> list[tuple[Any, ...]]:
+    engine = create_async_engine(async_url(db))
+    try:
+        async with engine.connect() as conn:
+            return [tuple(row) for row in (await conn.execute(text(query))).all()]
+    finally:
+        await engine.dispose()
+
+
+async def admit(nats_url: str, job_id: str, spec: JobSpec) -> None:
+    await publish(
+        nats_url, "admission", JobAdmitted(job_id=job_id, spec=spec, submitted_at=datetime.now(UTC))
+    )
+
+
+async def placed_gpus(nats_url: str, job_id: str) -> set[int]:
+    placed = await eventually(lambda: events(nats_url, subjects.GANG_PLACED, job_id), what=f"{job_id} placed")
+    return {gpu.index for placement in placed[0].placements for gpu in placement.gpus}
+
+
+async def test_unhealthy_gpus_are_avoided_and_placements_survive_a_restart(system: tuple[str, str]) -> None:
+    nats_url, db = system
+    settings = settings_for(SchedulerSettings, nats_url, db, kubeconfig=None, poll_s=0.2)
+    whole, half, rest = (str(uuid.uuid4()) for _ in range(3))
+    async with running(bootstrap.build(settings), settings):
+        await publish(nats_url, "telemetry", InventoryChanged(source="test", nodes=[NODE]))
+        await eventually(lambda: rows(db, "SELECT name FROM scheduler.inventory_nodes"), what="inventory")
+        unhealthy = GpuUnhealthy(
+            node=NODE.name,
+            gpu_index=3,
+            gpu_uuid="GPU-3",
+            faults=["xid"],
+            reasons=["XID 79"],
+            at=datetime.now(UTC),
+        )
+        await publish(nats_url, "telemetry", unhealthy)
+        await eventually(
+            lambda: rows(
+                db, "SELECT 1 FROM scheduler.inventory_nodes WHERE data::text LIKE '%\"healthy\": false%'"
+            ),
+            what="the fault recorded",
+        )
+        await admit(nats_url, whole, job("whole", 8))
+        refused = await eventually(
+            lambda: events(nats_url, subjects.GANG_UNSCHEDULABLE, whole), what="whole node refused"
+        )
+        assert sum(refused[0].rejected_nodes.values()) == 1, refused[0].message
+        await admit(nats_url, half, job("half", 4))
+        first = await placed_gpus(nats_url, half)
+        assert len(first) == 4 and 3 not in first
+    async with running(bootstrap.build(settings), settings):
+        await admit(nats_url, rest, job("rest", 3))
+        second = await placed_gpus(nats_url, rest)
+        assert second == set(range(8)) - first - {3}, "the rebuilt state keeps the placement and the fault"
+        assert await rows(
+            db, f"SELECT reason_code FROM scheduler.pending_gangs WHERE job_id = '{whole}'"
+        ) == [("unschedulable",)]

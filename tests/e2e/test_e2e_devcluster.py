@@ -192,12 +192,22 @@ def test_mig_config_succeeds_on_an_idle_node_and_fails_on_a_busy_one(stack: Stac
     assert "nvidia.com/mig-1g.10gb" not in busy and busy["nvidia.com/gpu"] == "8"
 
 
-def test_replay_creates_trace_pods_for_the_scheduler(stack: Stack) -> None:
+def test_replayed_trace_pods_go_through_the_scheduler_to_the_kubelet(stack: Stack) -> None:
     replayed = stack.tessera(
-        "devcluster", "replay", "--skip", "2000", "--limit", "5", "--speed", "1000",
+        "devcluster", "replay", "--skip", "2000", "--limit", "8", "--speed", "1000", "--gangs",
         "--kubeconfig", str(stack.kubeconfig),
     )  # fmt: skip
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    assert "replayed 5 pods, 0 rejected" in replayed.stdout
-    names = stack.kubectl("get", "pods", "-l", "tessera.io/trace=openb", "-o", "name").split()
-    assert len(names) == 5
+    assert "replayed 8 pods, 0 rejected" in replayed.stdout
+
+    def placed() -> list[str]:
+        out = stack.kubectl(
+            "get", "pods", "-l", "tessera.io/trace=openb", "-o",
+            "jsonpath={range .items[*]}{.spec.nodeName} {.status.phase}{'\\n'}{end}",
+        )  # fmt: skip
+        rows = [line.split() for line in out.splitlines() if line.strip()]
+        done = len(rows) == 8 and all(len(r) == 2 and r[1] in ("Running", "Succeeded") for r in rows)
+        return [r[0] for r in rows] if done else []
+
+    nodes = until(placed, "the scheduler to bind every replayed pod and the kubelet to run it", timeout=60)
+    assert set(nodes) <= {f"gpu-node-{i}" for i in range(4)}

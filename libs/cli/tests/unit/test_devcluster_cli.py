@@ -116,3 +116,44 @@ def test_the_devcluster_process_command_line(tmp_path: Path) -> None:
     (tmp_path / "kubeconfig").write_text("stale")
     process.prepare()
     assert not process.is_ready()  # a stale kubeconfig is removed before the start
+
+
+@pytest.mark.parametrize(("gangs", "paths"), [(False, ["pods"]), (True, ["podgroups", "pods"])])
+def test_pods_are_created_over_http_as_gangs_of_one_when_asked(gangs: bool, paths: list[str]) -> None:
+    import json
+
+    import httpx
+
+    from tessera.cli.devcluster import http_pod_creator
+
+    seen: list[tuple[str, dict[str, object]]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.path, json.loads(request.content)))
+        return httpx.Response(201, json={})
+
+    created: list[str] = []
+    with httpx.Client(transport=httpx.MockTransport(handler)) as http:
+        create = http_pod_creator(http, "http://dev:1", gangs=gangs, on_created=created.append)
+        create({"metadata": {"name": "p-1", "namespace": "ns", "labels": {}}, "spec": {}})
+    assert [path.rsplit("/", 1)[1] for path, _ in seen] == paths
+    pod = seen[-1][1]
+    assert seen[-1][0] == "/api/v1/namespaces/ns/pods" and created == ["p-1"]
+    labels = pod["metadata"]["labels"]  # type: ignore[index]
+    if gangs:
+        assert seen[0][0] == "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/ns/podgroups"
+        assert seen[0][1]["spec"] == {"minMember": 1}
+        assert labels == {"scheduling.x-k8s.io/pod-group": "p-1"}
+    else:
+        assert labels == {}
+
+
+def test_a_refused_creation_names_the_status() -> None:
+    import httpx
+
+    from tessera.cli.devcluster import http_pod_creator
+
+    with httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(409, text="exists"))) as http:
+        create = http_pod_creator(http, "http://dev:1", gangs=False)
+        with pytest.raises(RuntimeError, match="409 exists"):
+            create({"metadata": {"name": "p", "namespace": "ns"}, "spec": {}})

@@ -10,8 +10,9 @@ says so instead. See docs/adr/0008-telemetry-sources.md.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import httpx
 import typer
@@ -160,6 +161,32 @@ def devcluster_url(kubeconfig: Path) -> str:
     return server.rstrip("/")
 
 
+def http_pod_creator(
+    http: httpx.Client, url: str, *, gangs: bool, on_created: Callable[[str], None] | None = None
+) -> Callable[[dict[str, Any]], None]:
+    """Creates each manifest over HTTP; with ``gangs``, first a PodGroup of one named after the pod,
+    with the pod-group label on the pod (how the scheduler takes a single pod as a gang)."""
+    from tessera.cluster.builders import pod_group_manifest
+    from tessera.cluster.conventions import POD_GROUP_API_VERSION, POD_GROUP_LABEL, POD_GROUP_PLURAL
+
+    def post(path: str, body: dict[str, Any]) -> None:
+        response = http.post(f"{url}{path}", json=body)
+        if response.status_code != 201:
+            raise RuntimeError(f"{response.status_code} {response.text[:200]}")
+
+    def create(manifest: dict[str, Any]) -> None:
+        name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+        if gangs:
+            groups = f"/apis/{POD_GROUP_API_VERSION}/namespaces/{namespace}/{POD_GROUP_PLURAL}"
+            post(groups, pod_group_manifest(name, 1, namespace))
+            manifest["metadata"].setdefault("labels", {})[POD_GROUP_LABEL] = name
+        post(f"/api/v1/namespaces/{namespace}/pods", manifest)
+        if on_created is not None:
+            on_created(name)
+
+    return create
+
+
 KubeconfigOption = Annotated[
     Path,
     typer.Option(help="The devcluster's kubeconfig, as written by `tessera up`."),
@@ -187,6 +214,12 @@ def replay(
             envvar="TESSERA_DATA_DIR", help="Where the traces are; default: shared/data beside the checkout."
         ),
     ] = None,
+    gangs: Annotated[
+        bool,
+        typer.Option(
+            help="Create each pod as a gang of one: a PodGroup (minMember 1) and the pod-group label."
+        ),
+    ] = False,
     dry_run: Annotated[bool, typer.Option(help="Print what would be created; create nothing.")] = False,
 ) -> None:
     """Create pods from the openb trace at its creation times divided by --speed.
@@ -198,6 +231,10 @@ def replay(
     from tessera.devcluster.cli import main as devcluster_main
 
     trace = resolve_trace(pods, data_dir or default_data_dir())
+    if gangs and not dry_run:
+        raise typer.Exit(
+            _replay_gangs(trace, speed, _kubeconfig(kubeconfig), namespace, scheduler, skip, limit)
+        )
     argv = ["replay", "--pods", str(trace), "--speed", f"{speed:g}", "--namespace", namespace]
     argv += ["--scheduler", scheduler, "--skip", str(skip)]
     if limit is not None:
@@ -207,6 +244,32 @@ def replay(
     else:
         argv += ["--kubeconfig", str(_kubeconfig(kubeconfig))]
     raise typer.Exit(devcluster_main(argv))
+
+
+def _replay_gangs(
+    trace: Path, speed: float, kubeconfig: Path, namespace: str, scheduler: str, skip: int, limit: int | None
+) -> int:
+    from tessera.devcluster.replay import Replayer, TraceError, load_trace
+
+    try:
+        pods = load_trace(trace, skip=skip, limit=limit)
+    except TraceError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    with httpx.Client(timeout=30) as http:
+        create = http_pod_creator(
+            http,
+            devcluster_url(kubeconfig),
+            gangs=True,
+            on_created=lambda n: print(f"created {n}", flush=True),
+        )
+        report = Replayer(create, speed=speed, namespace=namespace, scheduler=scheduler).run(pods)
+    print(
+        f"replayed {len(report.created)} pods, {len(report.failed)} rejected; max lag {report.max_lag_s:.3f}s"
+    )
+    for name, reason in report.failed:
+        print(f"  rejected {name}: {reason}", file=sys.stderr)
+    return 0 if not report.failed else 1
 
 
 @app.command()

@@ -139,14 +139,14 @@ class SchedulerRepository:
         )
         return result.first() is not None
 
-    async def pending(self) -> list[PendingGang]:
-        rows = (
-            await self.session.execute(
-                select(pending_gangs).order_by(
-                    pending_gangs.c.priority.desc(), pending_gangs.c.submitted_at, pending_gangs.c.job_id
-                )
-            )
-        ).mappings()
+    async def pending(self, only: Iterable[str] | None = None) -> list[PendingGang]:
+        """Pending gangs by priority then submit time; ``only`` restricts them to those ids."""
+        query = select(pending_gangs).order_by(
+            pending_gangs.c.priority.desc(), pending_gangs.c.submitted_at, pending_gangs.c.job_id
+        )
+        if only is not None:
+            query = query.where(pending_gangs.c.job_id.in_(list(only)))
+        rows = (await self.session.execute(query)).mappings()
         return [
             PendingGang(
                 job_id=row["job_id"],

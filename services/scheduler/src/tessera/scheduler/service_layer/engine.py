@@ -181,9 +181,11 @@ class SchedulingEngine:
         """Gangs admitted since the last cycle join the queue (and, on a cluster, get their pods)."""
         assert self.state is not None
         state = self.state
-        known = set(state.gangs)
-        for row in await repo.pending():
-            if row.job_id in known or row.source != JOB or row.spec is None:
+        new = await repo.pending_ids() - set(state.gangs)
+        if not new:
+            return
+        for row in await repo.pending(only=new):
+            if row.source != JOB or row.spec is None:
                 continue
             spec = job_gang(
                 row.job_id,

@@ -173,6 +173,11 @@ async def test_two_competing_gangs_one_runs_then_the_other(world: World) -> None
         )
         placed = await world.events(subjects.GANG_PLACED)
         assert [event.job_id for event in placed] == [first, second]
+        demand = [
+            (e.pending_gangs, [(d.gpus, d.pods) for d in e.demand])
+            for e in await world.events(subjects.DEMAND_CHANGED)
+        ]
+        assert demand == [(1, [(8, 4)]), (0, [])], "beta's unmet demand, then none"
 
 
 async def _async(value: Any) -> Any:

@@ -19,6 +19,7 @@ from tessera.scheduler.service_layer.gangs import (
     job_pod_names,
     placement_of,
     pod_name,
+    waiting_demand,
 )
 from tessera.scheduler.service_layer.outcomes import rejected_nodes
 
@@ -128,3 +129,21 @@ def test_unschedulable_gangs_count_rejected_nodes_per_reason(
 ) -> None:
     outcome = GangOutcome("g", OutcomeKind.UNSCHEDULABLE, diagnosis=diagnosis)
     assert rejected_nodes(outcome) == expected
+
+
+def test_waiting_demand_counts_pods_by_gpu_shape_largest_first() -> None:
+    pods = [
+        *job_gang(JOB_ID, job(), "default", 0.0, None).members,
+        *job_gang(
+            "b", job(pod_groups=[{"name": "s", "replicas": 2, "gpu": {"milli": 250}}]), "d", 0.0, None
+        ).members,
+        *job_gang(
+            "c",
+            job(pod_groups=[{"name": "m", "replicas": 1, "gpu": {"mig_profile": "1g.10gb"}}]),
+            "d",
+            0.0,
+            None,
+        ).members,
+    ]
+    demand = [(d.gpus, d.milli, d.mig_profile, d.pods) for d in waiting_demand(pods)]
+    assert demand == [(2, 1000, None, 3), (1, 250, None, 2), (0, 1000, "1g.10gb", 1)]

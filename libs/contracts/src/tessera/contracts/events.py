@@ -139,6 +139,30 @@ class PodsEvicted(Message):
         return self.job_id
 
 
+class GpuDemand(BaseModel):
+    """Pods of one shape that wait for GPUs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gpus: int = Field(ge=0, description="whole GPUs per pod (1 for a share of one GPU)")
+    milli: int = Field(ge=1, le=1000, description="thousandths of each GPU per pod")
+    mig_profile: str | None = None
+    models: list[str] = []
+    pods: int = Field(ge=1)
+
+
+class DemandChanged(Message):
+    TYPE: ClassVar[str] = "io.tessera.scheduler.demand_changed.v1"
+    SUBJECT: ClassVar[str] = subjects.DEMAND_CHANGED
+    SUMMARY: ClassVar[str] = "The GPU demand of the gangs that wait, by pod shape, changed (for slicing)."
+
+    pending_gangs: int = Field(ge=0)
+    demand: list[GpuDemand] = []
+
+    def key(self) -> str:
+        return "cluster"
+
+
 class GpuInventory(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -309,5 +333,6 @@ ALL: tuple[type[Message], ...] = (
     GpuIdle,
     GangFinished,
     PodsEvicted,
+    DemandChanged,
 )
 BY_TYPE: dict[str, type[Message]] = {m.TYPE: m for m in ALL}

@@ -42,6 +42,7 @@ GANG_PLACED = event("scheduler", "gang_placed")
 GANG_UNSCHEDULABLE = event("scheduler", "gang_unschedulable")
 GANG_FINISHED = event("scheduler", "gang_finished")
 PODS_EVICTED = event("scheduler", "pods_evicted")
+DEMAND_CHANGED = event("scheduler", "demand_changed")
 INVENTORY_CHANGED = event("telemetry", "inventory_changed")
 ALL_GPU_SAMPLES = f"{ROOT}.telemetry.gpu.*"
 GPU_UNHEALTHY = event("telemetry", "gpu_unhealthy")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from tessera.cluster.port import WatchEvent
-from tessera.contracts.events import GangFinished
+from tessera.contracts.events import DemandChanged, GangFinished
 from tessera.core.db.uow import UnitOfWork
 from tessera.scheduler.adapters.repository import JOB, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
@@ -33,6 +33,7 @@ from tessera.scheduler.service_layer.gangs import (
     job_gang,
     job_pod_names,
     pod_name,
+    waiting_demand,
 )
 from tessera.scheduler.service_layer.outcomes import GangInfo, record_outcome
 from tessera.scheduler.service_layer.rebuild import ClusterSide, Rebuilt, rebuild
@@ -155,6 +156,7 @@ class SchedulingEngine:
                 if outcome.evicted and self.cluster is not None and info.source == JOB:
                     state.to_materialize.add(outcome.gang)
             await self._finish_ended(repo, uow, now)
+            await self._announce_demand(uow)
             await uow.commit()
         return outcomes
 
@@ -219,6 +221,19 @@ class SchedulingEngine:
             del state.gangs[gang]
             state.specs.pop(gang, None)
             log.info("gang finished", extra={"job_id": info.job_id, "succeeded": succeeded})
+
+    async def _announce_demand(self, uow: UnitOfWork) -> None:
+        """Publish the GPU demand of the gangs that wait when it changed (slicing plans from it)."""
+        assert self.state is not None
+        queue, registry = self.state.assembly.queue, self.state.assembly.registry
+        waiting = [gang for gang in self.state.gangs if gang in queue and gang in registry]
+        event = DemandChanged(
+            pending_gangs=len(waiting),
+            demand=waiting_demand(pod for gang in waiting for pod in registry.pending(gang)),
+        )
+        if event != self.state.last_demand and (waiting or self.state.last_demand is not None):
+            await uow.publish(event)
+            self.state.last_demand = event
 
     async def _materialize(self) -> None:
         """Create the pods of jobs on the cluster (new ones, and those evicted by a rollback)."""

@@ -8,15 +8,16 @@ member, and the quorum is the sum of the groups' ``min_available``. Its pods are
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from tessera.contracts.events import GpuAssignment, NodeInventory, PodPlacement
+from tessera.contracts.events import GpuAssignment, GpuDemand, NodeInventory, PodPlacement
 from tessera.contracts.jobs import JobSpec, PlacementPolicy, PodGroupSpec
 from tessera.scheduler.domain.framework.pod import PodSpec, Policy
 from tessera.scheduler.domain.gang.spec import GangSpec
-from tessera.scheduler.domain.snapshot import Allocation, GpuInfo, NodeInfo, Topology
+from tessera.scheduler.domain.snapshot import MILLI_PER_GPU, Allocation, GpuInfo, NodeInfo, Topology
 
 _NOT_DNS = re.compile(r"[^a-z0-9]")
 
@@ -117,3 +118,21 @@ def placement_of(allocation: Allocation, group: str, uuids: Mapping[int, str]) -
             for index, milli in allocation.gpu_milli
         ],
     )
+
+
+def waiting_demand(pods: Iterable[PodSpec]) -> list[GpuDemand]:
+    """Pods that wait for GPUs, counted by shape (largest first); CPU-only pods are left out."""
+    shapes: Counter[tuple[int, int, str | None, tuple[str, ...]]] = Counter()
+    for pod in pods:
+        models = tuple(sorted(pod.gpu_models))
+        if pod.mig:
+            for profile, count in pod.mig.items():
+                shapes[(0, MILLI_PER_GPU, profile, models)] += count
+        elif pod.gpu_count:
+            shapes[(pod.gpu_count, pod.gpu_milli, None, models)] += 1
+    return [
+        GpuDemand(gpus=gpus, milli=milli, mig_profile=mig, models=list(models), pods=count)
+        for (gpus, milli, mig, models), count in sorted(
+            shapes.items(), key=lambda item: (-item[0][0] * item[0][1], item[0][2] or "", item[0][3])
+        )
+    ]

@@ -18,6 +18,7 @@ from typing import Any
 from tessera.cluster.domain import Node, Pod, PodGroup
 from tessera.cluster.port import Cluster, WatchEvent
 from tessera.cluster.reflector import Reflector
+from tessera.contracts.events import DemandChanged
 from tessera.contracts.jobs import JobSpec
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL, ClusterBinder, InventoryBinder, JobMaterializer
 from tessera.scheduler.adapters.repository import JOB, PODGROUP, SchedulerRepository
@@ -100,6 +101,7 @@ class Rebuilt:
     recovered: list[GangOutcome] = field(default_factory=list)
     to_materialize: set[str] = field(default_factory=set)
     native_submitted: dict[str, float] = field(default_factory=dict)
+    last_demand: DemandChanged | None = None
 
 
 def _cluster_allocation(pod: Pod, gang: str, uuids: dict[int, str]) -> Allocation | None:

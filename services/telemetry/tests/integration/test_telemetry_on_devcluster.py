@@ -87,7 +87,7 @@ def pod(name: str, node: str, profile: str) -> dict[str, object]:
     }
 
 
-async def test_an_injected_xid_is_reported_once_within_15_seconds(
+async def test_an_injected_xid_is_reported_once_within_15_seconds_and_not_again_after_a_restart(
     system: tuple[str, str], devcluster: DevCluster
 ) -> None:
     nats_url, db = system
@@ -141,6 +141,11 @@ async def test_an_injected_xid_is_reported_once_within_15_seconds(
             == 1
         )
         assert await scalar(db, f"SELECT healthy FROM telemetry.gpus WHERE uuid = '{gpu_uuid}'") is False
+
+    # a restarted telemetry finds the open finding and does not report the same fault again
+    async with running(bootstrap.build(settings), settings):
+        await asyncio.sleep(2.0)
+        assert len(await unhealthy()) == 1
 
 
 async def test_a_held_idle_gpu_is_reported_and_rollups_are_kept(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import nats
@@ -16,7 +16,14 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from tessera.contracts import subjects
 from tessera.contracts.base import Message
-from tessera.contracts.events import GpuInventory, GpuUnhealthy, InventoryChanged, JobAdmitted, NodeInventory
+from tessera.contracts.events import (
+    GpuInventory,
+    GpuUnhealthy,
+    InventoryChanged,
+    JobAdmitted,
+    NodeInventory,
+    PreemptionRequested,
+)
 from tessera.contracts.jobs import JobSpec
 from tessera.core.db.engine import async_url
 from tessera.core.db.migrations import migrate_all
@@ -126,3 +133,40 @@ async def test_unhealthy_gpus_are_avoided_and_placements_survive_a_restart(syste
         assert await rows(
             db, f"SELECT reason_code FROM scheduler.pending_gangs WHERE job_id = '{whole}'"
         ) == [("unschedulable",)]
+
+
+async def test_a_preempted_victim_is_evicted_reported_and_its_gpus_go_to_the_waiting_gang(
+    system: tuple[str, str],
+) -> None:
+    nats_url, db = system
+    settings = settings_for(SchedulerSettings, nats_url, db, kubeconfig=None, poll_s=0.2)
+    victim, preemptor = str(uuid.uuid4()), str(uuid.uuid4())
+    async with running(bootstrap.build(settings), settings):
+        await publish(nats_url, "telemetry", InventoryChanged(source="test", nodes=[NODE]))
+        await eventually(lambda: rows(db, "SELECT name FROM scheduler.inventory_nodes"), what="inventory")
+        await admit(nats_url, victim, job("victim", 8))
+        assert len(await placed_gpus(nats_url, victim)) == 8
+        await admit(nats_url, preemptor, job("urgent", 8))
+        await eventually(
+            lambda: events(nats_url, subjects.GANG_UNSCHEDULABLE, preemptor), what="urgent waits"
+        )
+        request = PreemptionRequested(
+            victim_job_id=victim,
+            preemptor_job_id=preemptor,
+            reason="InQueuePriority",
+            deadline=datetime.now(UTC) + timedelta(minutes=5),
+            grace_period_s=0,
+            checkpointable=False,
+        )
+        await publish(nats_url, "admission", request)
+        evicted = await eventually(
+            lambda: events(nats_url, subjects.PODS_EVICTED, victim), what="victim evicted"
+        )
+        assert evicted[0].reason == "preempted" and len(evicted[0].pods) == 1
+        reports = await eventually(
+            lambda: events(nats_url, subjects.REPORT_JOB_OUTCOME, victim), what="victim reported released"
+        )
+        assert reports[0].state == "preempted"
+        assert len(await placed_gpus(nats_url, preemptor)) == 8
+        assert await rows(db, "SELECT job_id FROM scheduler.placements GROUP BY job_id") == [(preemptor,)]
+        assert await rows(db, "SELECT count(*) FROM scheduler.preemptions") == [(0,)]

@@ -16,6 +16,7 @@ from tessera.scheduler.service_layer.handlers import (
     gpu_unhealthy_handler,
     inventory_changed_handler,
     job_admitted_handler,
+    preemption_requested_handler,
 )
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,13 @@ def consumers(ctx: ServiceContext) -> list[ConsumerSpec]:
         ),
         ConsumerSpec.configured(
             "scheduler-gpu-health", "telemetry", subjects.GPU_UNHEALTHY, gpu_unhealthy_handler(engine), c
+        ),
+        ConsumerSpec.configured(
+            "scheduler-preemption",
+            "admission",
+            subjects.PREEMPTION_REQUESTED,
+            preemption_requested_handler(engine),
+            c,
         ),
     ]
 

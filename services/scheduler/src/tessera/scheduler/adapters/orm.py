@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, DateTime, Integer, MetaData, PrimaryKeyConstraint, String, Table, Text, func
+from sqlalchemy import (
+    Boolean,
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    func,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 
 from tessera.core.db.messaging_tables import add_messaging_tables
@@ -49,4 +60,19 @@ pending_gangs = Table(
     Column("backoff_until", DateTime(timezone=True), nullable=True),
     # The trace context the job arrived with, so every decision on it joins the job's trace.
     Column("trace", JSONB, nullable=False, server_default="{}"),
+)
+
+# Preemption requests from admission, until the victim's pods are evicted (at once, or at the
+# deadline when the victim can checkpoint first).
+preemptions = Table(
+    "preemptions",
+    metadata,
+    Column("job_id", String(64), primary_key=True),
+    Column("preemptor_job_id", String(64), nullable=False),
+    Column("reason", Text, nullable=False, server_default=""),
+    Column("deadline", DateTime(timezone=True), nullable=False),
+    Column("grace_period_s", Integer, nullable=False, server_default="0"),
+    Column("checkpointable", Boolean, nullable=False, server_default="false"),
+    Column("forced", Boolean, nullable=False, server_default="false"),
+    Column("requested_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, event, select, text, update
+from sqlalchemy import delete, event, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tessera.contracts.events import NodeInventory
+from tessera.contracts.events import NodeInventory, PreemptionRequested
 from tessera.contracts.jobs import JobSpec
-from tessera.scheduler.adapters.orm import inventory_nodes, pending_gangs, placements
+from tessera.scheduler.adapters.orm import inventory_nodes, pending_gangs, placements, preemptions
 
 _SCHEDULING_LOCK = 0x7E55E7A  # one placement decision at a time across replicas
 
@@ -37,6 +37,14 @@ class PendingGang:
     last_reason: str
     backoff_until: datetime | None
     trace: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Preemption:
+    job_id: str
+    preemptor_job_id: str
+    reason: str
+    grace_period_s: int
 
 
 @dataclass(frozen=True)
@@ -228,3 +236,50 @@ class SchedulerRepository:
 
     async def release_job(self, job_id: str) -> None:
         await self.session.execute(delete(placements).where(placements.c.job_id == job_id))
+
+    # -- preemptions -----------------------------------------------------------------------------
+
+    async def add_preemption(self, request: PreemptionRequested) -> None:
+        """Record a request; a repeat (say, now forced) replaces the earlier one."""
+        values = {
+            "job_id": request.victim_job_id,
+            "preemptor_job_id": request.preemptor_job_id,
+            "reason": request.reason,
+            "deadline": request.deadline,
+            "grace_period_s": int(request.grace_period_s),
+            "checkpointable": request.checkpointable,
+            "forced": request.forced,
+        }
+        stmt = pg_insert(preemptions).values(values)
+        await self.session.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[preemptions.c.job_id], set_={k: v for k, v in values.items() if k != "job_id"}
+            )
+        )
+
+    async def due_preemptions(self, now: float) -> list[Preemption]:
+        """Victims to evict now: they cannot checkpoint, the request is forced, or the deadline passed."""
+        rows = (
+            await self.session.execute(
+                select(preemptions)
+                .where(
+                    or_(
+                        preemptions.c.checkpointable.is_(False),
+                        preemptions.c.forced.is_(True),
+                        preemptions.c.deadline <= at(now),
+                    )
+                )
+                .order_by(preemptions.c.requested_at, preemptions.c.job_id)
+            )
+        ).mappings()
+        return [
+            Preemption(row["job_id"], row["preemptor_job_id"], row["reason"], row["grace_period_s"])
+            for row in rows
+        ]
+
+    async def next_preemption_deadline(self) -> float | None:
+        deadline = await self.session.scalar(select(func.min(preemptions.c.deadline)))
+        return deadline.timestamp() if deadline is not None else None
+
+    async def remove_preemption(self, job_id: str) -> None:
+        await self.session.execute(delete(preemptions).where(preemptions.c.job_id == job_id))

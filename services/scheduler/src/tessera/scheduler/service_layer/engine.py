@@ -36,6 +36,7 @@ from tessera.scheduler.service_layer.gangs import (
     waiting_demand,
 )
 from tessera.scheduler.service_layer.outcomes import GangInfo, record_outcome
+from tessera.scheduler.service_layer.preemption import preempt_due
 from tessera.scheduler.service_layer.rebuild import ClusterSide, Rebuilt, rebuild
 from tessera.scheduler.service_layer.watches import WatchState
 
@@ -61,6 +62,7 @@ class SchedulingEngine:
         self._inventory_dirty = True
         self._events: deque[tuple[str, WatchEvent[object]]] = deque()
         self._unhealthy: deque[tuple[str, int]] = deque()
+        self._next_preemption: float | None = None
         self.state: Rebuilt | None = None
         self.cycles = 0
 
@@ -100,9 +102,9 @@ class SchedulingEngine:
     async def _sleep(self, stop: asyncio.Event) -> None:
         timeout = self.settings.poll_s
         if self.state is not None:
-            due = self.state.assembly.scheduler.next_wakeup()
-            if due is not None:
-                timeout = min(timeout, max(0.0, due - self.clock()))
+            for due in (self.state.assembly.scheduler.next_wakeup(), self._next_preemption):
+                if due is not None:
+                    timeout = min(timeout, max(0.0, due - self.clock()))
         waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -144,6 +146,7 @@ class SchedulingEngine:
                     with contextlib.suppress(CacheConflict):
                         state.assembly.scheduler.gpu_health_changed(node, index, False, now)
             await self._finish_ended(repo, uow, now)
+            self._next_preemption = await preempt_due(repo, uow, state, self.cluster, self.settings, now)
             if self.cluster is not None:
                 await self._materialize()
             loop = asyncio.get_running_loop()

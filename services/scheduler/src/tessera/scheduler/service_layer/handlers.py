@@ -6,7 +6,7 @@ scheduler's lock, so a redelivered or batched message only ever queues a gang on
 
 from __future__ import annotations
 
-from tessera.contracts.events import GpuUnhealthy, InventoryChanged, JobAdmitted
+from tessera.contracts.events import GpuUnhealthy, InventoryChanged, JobAdmitted, PreemptionRequested
 from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import Handler, PermanentError
 from tessera.core.messaging.envelope import Envelope
@@ -55,3 +55,16 @@ def gpu_unhealthy_handler(engine: SchedulingEngine) -> Handler:
         after_commit(uow.session, lambda: engine.gpu_unhealthy(event.node, event.gpu_index))
 
     return handle_gpu_unhealthy
+
+
+def preemption_requested_handler(engine: SchedulingEngine) -> Handler:
+    """Admission wants a victim's quota back: the loop evicts it when the request is due."""
+
+    async def handle_preemption_requested(envelope: Envelope, uow: UnitOfWork) -> None:
+        event = envelope.parse()
+        if not isinstance(event, PreemptionRequested):
+            raise PermanentError(f"expected preemption_requested, got {envelope.type}")
+        await SchedulerRepository(uow.session).add_preemption(event)
+        after_commit(uow.session, engine.wake)
+
+    return handle_preemption_requested

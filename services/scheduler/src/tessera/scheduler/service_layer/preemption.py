@@ -1,0 +1,95 @@
+"""Preemption, the scheduler's part: evict a victim admission chose, free its GPUs, report it released.
+
+A victim that cannot checkpoint (or a forced request) is evicted at once; one that can is given
+until the request's deadline to save its state (the checkpoint service works in between), then
+evicted with the request's grace period. Its pods leave the cache, parked gangs hear that
+capacity was freed, and admission gets ``report_job_outcome(preempted)``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tessera.cluster.domain.requirements import PodRef
+from tessera.cluster.port import ClusterError, NotFound
+from tessera.contracts.events import PodsEvicted, ReportJobOutcome
+from tessera.core.db.uow import UnitOfWork
+from tessera.core.observability.tracing import tracer
+from tessera.scheduler.adapters.repository import JOB, Preemption, SchedulerRepository
+from tessera.scheduler.config import SchedulerSettings
+from tessera.scheduler.domain.gang.queue import ClusterEvent
+from tessera.scheduler.service_layer.gangs import job_pod_names, pod_name
+from tessera.scheduler.service_layer.rebuild import ClusterSide, Rebuilt
+
+log = logging.getLogger(__name__)
+
+
+async def preempt_due(
+    repo: SchedulerRepository,
+    uow: UnitOfWork,
+    state: Rebuilt,
+    cluster: ClusterSide | None,
+    settings: SchedulerSettings,
+    now: float,
+) -> float | None:
+    """Evict every victim that is due; returns the next deadline still to come, if any."""
+    for request in await repo.due_preemptions(now):
+        with tracer().start_as_current_span(
+            "scheduler.preempt", attributes={"job_id": request.job_id}
+        ) as span:
+            evicted = await _evict(request, repo, state, cluster, settings, now)
+            span.set_attribute("evicted", len(evicted))
+            if evicted:
+                await uow.publish(
+                    PodsEvicted(
+                        job_id=request.job_id,
+                        pods=[pod_name(key) for key in evicted],
+                        reason="preempted",
+                        message=f"preempted for {request.preemptor_job_id}: {request.reason}",
+                    )
+                )
+            await uow.publish(
+                ReportJobOutcome(
+                    job_id=request.job_id,
+                    state="preempted",
+                    reason=f"{len(evicted)} pods evicted for {request.preemptor_job_id}",
+                )
+            )
+            await repo.remove_preemption(request.job_id)
+            log.info("victim evicted", extra={"job_id": request.job_id, "pods": len(evicted)})
+    return await repo.next_preemption_deadline()
+
+
+async def _evict(
+    request: Preemption,
+    repo: SchedulerRepository,
+    state: Rebuilt,
+    cluster: ClusterSide | None,
+    settings: SchedulerSettings,
+    now: float,
+) -> list[str]:
+    gang = request.job_id
+    info = state.gangs.pop(gang, None)
+    spec = state.specs.pop(gang, None)
+    state.to_materialize.discard(gang)
+    scheduler, cache = state.assembly.scheduler, state.assembly.cache
+    held = sorted(key for key, phase in (info.placed.items() if info else ()) if phase is None)
+    for key in held:
+        cache.remove_pod(key)
+    if gang in state.assembly.registry:
+        scheduler.gang_finished(gang, now)
+    scheduler.notify(ClusterEvent.CAPACITY_FREED, now)
+    if cluster is not None:
+        pods = set(held)
+        if spec is not None and (info is None or info.source == JOB):
+            pods |= {m.key for m in job_pod_names(gang, spec, settings.namespace)}
+        for key in sorted(pods):
+            try:
+                await cluster.cluster.evict(PodRef.parse(key), grace_period_seconds=request.grace_period_s)
+            except NotFound:
+                continue
+            except ClusterError as error:
+                log.warning("eviction of a victim failed", extra={"pod": key, "error": str(error)})
+    await repo.release_job(gang)
+    await repo.remove_pending(gang)
+    return held

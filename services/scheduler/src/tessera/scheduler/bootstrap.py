@@ -88,7 +88,15 @@ def scheduling_loop_on(cluster_factory: ClusterFactory | None = None) -> Backgro
         side = ClusterSide(cluster, JobMaterializer(api), engine.on_watch)
         engine.cluster = side
         try:
-            await side.start()
+            while not ctx.stop.is_set():
+                try:
+                    await side.start(timeout=settings.cluster_sync_timeout_s)
+                    break
+                except TimeoutError:
+                    log.warning(
+                        "the cluster has not answered every list yet; still trying",
+                        extra={"kubeconfig": str(settings.kubeconfig)},
+                    )
             log.info("watching the cluster", extra={"kubeconfig": str(settings.kubeconfig)})
             await engine.run(ctx.stop)
         finally:

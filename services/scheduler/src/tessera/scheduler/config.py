@@ -40,6 +40,7 @@ class SchedulerSettings(ServiceSettings):
     gang: GangSettings = GangSettings()
     poll_s: float = Field(1.0, gt=0, description="the scheduling loop wakes at least this often")
     bind_timeout_s: float = Field(30.0, gt=0)
+    cluster_sync_timeout_s: float = Field(30.0, gt=0, description="how long to wait for the first lists")
 
 
 @lru_cache

@@ -78,8 +78,10 @@ class ClusterSide:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self, timeout: float = 30.0) -> None:
+        """Start the watches and wait until each has listed; TimeoutError leaves them trying."""
         reflectors: tuple[Reflector[Any], ...] = (self.nodes, self.pods, self.pod_groups)
-        self._tasks = [asyncio.create_task(r.run(), name=f"scheduler-watch-{r.name}") for r in reflectors]
+        if not self._tasks:
+            self._tasks = [asyncio.create_task(r.run(), name=f"scheduler-watch-{r.name}") for r in reflectors]
         async with asyncio.timeout(timeout):
             await asyncio.gather(*(r.synced.wait() for r in reflectors))
 
@@ -89,6 +91,7 @@ class ClusterSide:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._tasks = []
 
 
 @dataclass

@@ -284,6 +284,7 @@ def summarise(
             "gangs": args.gangs,
             "services": args.services,
             "cpus": os.cpu_count(),
+            "command": "python -m bench.replay " + " ".join(sys.argv[1:]),
         },
     )
 

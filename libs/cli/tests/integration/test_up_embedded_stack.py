@@ -217,3 +217,24 @@ def test_a_failing_migration_stops_the_start_and_is_named(tmp_path: Path) -> Non
     assert "error: migrations: RuntimeError: cannot reach postgresql://u:p@127.0.0.1:1/db" in out.getvalue()
     assert "must not start" not in out.getvalue()
     assert not (tmp_path / "state" / "endpoints.json").exists()
+
+
+def test_a_devcluster_that_dies_stops_the_stack_naming_its_log(state_dir: Path) -> None:
+    run = Up(state_dir, services="admission")
+    try:
+        run.endpoints()
+        (devcluster,) = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if "tessera.devcluster" in " ".join(p.info["cmdline"] or [])
+            and str(state_dir) in " ".join(p.info["cmdline"])
+        ]
+        devcluster.kill()
+        code = run.proc.wait(timeout=60)
+    finally:
+        run.kill()
+    assert code == 1
+    output = " ".join(run.output.split())
+    assert "error: devcluster: exited; everything stops" in output
+    assert "devcluster.log" in output
+    assert processes_using(state_dir) == []

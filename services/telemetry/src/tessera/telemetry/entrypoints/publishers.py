@@ -73,6 +73,14 @@ async def sample(ctx: ServiceContext) -> None:
     """Read every GPU each interval: publish the samples, then store rollups and findings."""
     t = _telemetry(ctx)
     await _restore(ctx, t)
+    try:
+        await _sample_until_stopped(ctx, t)
+    finally:
+        with contextlib.suppress(Exception):
+            await t.source.close()
+
+
+async def _sample_until_stopped(ctx: ServiceContext, t: Telemetry) -> None:
     last_prune = datetime.min.replace(tzinfo=UTC)
     while not ctx.stop.is_set():
         now = datetime.now(UTC)

@@ -53,6 +53,23 @@ def test_dcgm_node_name_overrides_the_hostname_label_and_no_pod_labels_means_unk
     assert reading.pods is None and reading.ecc_uncorrected == 1
 
 
+def test_dcgm_mig_instances_fold_into_their_gpu() -> None:
+    labels = 'gpu="0",UUID="GPU-m",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",Hostname="n"'
+    text = "\n".join(
+        [
+            "# TYPE DCGM_FI_DEV_FB_USED gauge",
+            f'DCGM_FI_DEV_FB_USED{{{labels},GPU_I_PROFILE="3g.40gb",GPU_I_ID="1"}} 1000',
+            f'DCGM_FI_DEV_FB_USED{{{labels},GPU_I_PROFILE="3g.40gb",GPU_I_ID="2"}} 3000',
+            "# TYPE DCGM_FI_DEV_GPU_TEMP gauge",
+            f'DCGM_FI_DEV_GPU_TEMP{{{labels},GPU_I_PROFILE="3g.40gb",GPU_I_ID="1"}} 55',
+            f'DCGM_FI_DEV_GPU_TEMP{{{labels},GPU_I_PROFILE="3g.40gb",GPU_I_ID="2"}} 61',
+            "",
+        ]
+    )
+    (reading,) = readings_from_exposition(text, NOW)
+    assert (reading.memory_used_mib, reading.temperature_c) == (4000, 61.0)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -239,8 +256,11 @@ async def test_the_real_pynvml_on_a_machine_without_a_driver_fails_clearly() -> 
 
 
 # -- settings ------------------------------------------------------------------------------------------
-def test_settings_pick_the_source_and_name_what_is_missing() -> None:
+def test_settings_pick_the_source_and_name_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     from pydantic import ValidationError
+
+    for name in ("SOURCE", "DEVCLUSTER_URL", "DCGM_URL", "CLUSTER_FILE", "NODE_NAME"):
+        monkeypatch.delenv(f"TESSERA_TELEMETRY_{name}", raising=False)
 
     from tessera.telemetry.config import SourceKind, TelemetrySettings
 

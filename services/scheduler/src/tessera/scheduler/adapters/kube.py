@@ -56,6 +56,9 @@ class InventoryBinder:
     def evict(self, allocation: Allocation) -> None:
         self.evicted.append(allocation)
 
+    async def settle(self) -> None:
+        return None
+
 
 class ClusterBinder:
     """Binding subresource with the ``tessera.io/gpu-assignment`` annotation; Eviction API to undo."""
@@ -71,6 +74,12 @@ class ClusterBinder:
         self.loop = loop
         self.uuids = uuids
         self.timeout_s = timeout_s
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def settle(self) -> None:
+        """Wait for evictions started in the background (before the evicted pods are recreated)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
 
     def bind(self, allocation: Allocation) -> None:
         node_uuids = self.uuids(allocation.node)
@@ -88,7 +97,9 @@ class ClusterBinder:
         call = self._evict(allocation.pod)
         if self._on_loop():
             # A rebuild or a watch event broke a gang on the loop itself: evict in the background.
-            self.loop.create_task(call)
+            task = self.loop.create_task(call)
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
             return
         asyncio.run_coroutine_threadsafe(call, self.loop).result(self.timeout_s)
 

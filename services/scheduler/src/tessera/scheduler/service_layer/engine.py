@@ -244,6 +244,8 @@ class SchedulingEngine:
         state = self.state
         if state is None:
             return
+        if state.to_materialize:
+            await state.port.settle()
         for gang in sorted(state.to_materialize):
             spec = state.specs.get(gang)
             if spec is not None:

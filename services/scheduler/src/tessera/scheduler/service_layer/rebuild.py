@@ -31,7 +31,6 @@ from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
 from tessera.scheduler.domain.gang.spec import GangSpec
 from tessera.scheduler.domain.placement import TypicalPod
 from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
-from tessera.scheduler.domain.plugins.reserve import BindingPort
 from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
 from tessera.scheduler.service_layer.gangs import inventory_node, inventory_uuids, job_gang, job_pod_names
 from tessera.scheduler.service_layer.outcomes import GangInfo
@@ -101,6 +100,7 @@ class Rebuilt:
     specs: dict[str, JobSpec]
     uuids: dict[str, dict[int, str]]
     nodes: dict[str, NodeInfo]
+    port: InventoryBinder | ClusterBinder
     recovered: list[GangOutcome] = field(default_factory=list)
     to_materialize: set[str] = field(default_factory=set)
     native_submitted: dict[str, float] = field(default_factory=dict)
@@ -195,7 +195,7 @@ async def rebuild(
             if allocation is not None and allocation.node in nodes:
                 bound.append(allocation)
     loop = asyncio.get_running_loop()
-    port: BindingPort = (
+    port: InventoryBinder | ClusterBinder = (
         InventoryBinder()
         if cluster is None
         else ClusterBinder(cluster.cluster, loop, lambda node: uuids.get(node, {}), settings.bind_timeout_s)
@@ -212,7 +212,7 @@ async def rebuild(
         gangs_known=gang_specs,
         fragmentation=FragmentationScore(TYPICAL_WORKLOAD, models) if models else None,
     )
-    state = Rebuilt(assembly, gangs, specs, uuids, nodes, native_submitted=native_submitted)
+    state = Rebuilt(assembly, gangs, specs, uuids, nodes, port, native_submitted=native_submitted)
     state.recovered = _recover(state, pending, bound, known_pods, now)
     if cluster is not None:
         state.to_materialize.update(

@@ -47,7 +47,8 @@ CLUSTER_FILE = Path(__file__).resolve().parents[4] / "examples" / "clusters" / "
 SPEED = 20.0  # simulated seconds per wall-clock second
 
 
-def gang_job(name: str, duration_s: int) -> JobSpec:
+def gang_job(name: str, duration_s: int | None) -> JobSpec:
+    """4 pods x 8 GPUs; the devcluster's kubelet ends them after ``duration_s`` (never when None)."""
     return JobSpec.model_validate(
         {
             "name": name,
@@ -140,7 +141,7 @@ async def test_two_competing_gangs_one_runs_then_the_other(world: World) -> None
     first, second = str(uuid.uuid4()), str(uuid.uuid4())
     settings = world.settings()
     async with running(bootstrap.build(settings), settings):
-        await world.admit(first, gang_job("alpha", duration_s=40))
+        await world.admit(first, gang_job("alpha", duration_s=100))
         await eventually(
             lambda: _async(len(bound(world.pods(job_prefix("alpha", first)))) == 4),
             what="the first gang bound",
@@ -256,7 +257,7 @@ async def test_a_restart_loses_no_placement_and_binds_nothing_twice(world: World
     log: list[tuple[str, str]] = []
     settings = world.settings()
     async with running(bootstrap.build(settings, cluster_factory=scripted({}, log)), settings):
-        await world.admit(alpha, gang_job("alpha", duration_s=60))
+        await world.admit(alpha, gang_job("alpha", duration_s=None))
         await eventually(
             lambda: _async(len(bound(world.pods(job_prefix("alpha", alpha)))) == 4), what="alpha bound"
         )
@@ -271,9 +272,12 @@ async def test_a_restart_loses_no_placement_and_binds_nothing_twice(world: World
         assert await world.rows(f"SELECT count(*) FROM scheduler.placements WHERE job_id = '{alpha}'") == [
             (4,)
         ]
-        await eventually(
-            lambda: _matching(world, subjects.GANG_FINISHED, alpha), what="alpha finished", timeout=30
+        for pod in world.pods(job_prefix("alpha", alpha)):  # alpha's pods go away
+            world.devcluster.store.delete(PODS, "default", pod["metadata"]["name"])
+        finished = await eventually(
+            lambda: _matching(world, subjects.GANG_FINISHED, alpha), what="alpha finished"
         )
+        assert finished[0].succeeded is False and set(finished[0].pods.values()) == {"Deleted"}
         await eventually(
             lambda: _async(len(bound(world.pods(job_prefix("beta", beta)))) == 4), what="beta bound"
         )

@@ -32,7 +32,7 @@ from tessera.cluster.conventions.names import (
 )
 from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
 from tessera.cluster.domain.requirements import PodRef
-from tessera.cluster.port import Cluster, ClusterError, NotFound
+from tessera.cluster.port import AlreadyBound, Cluster, ClusterError, NotFound
 from tessera.contracts.jobs import JobSpec, PodGroupSpec
 from tessera.scheduler.domain.plugins.reserve import BindError
 from tessera.scheduler.domain.snapshot import Allocation
@@ -88,10 +88,34 @@ class ClusterBinder:
             for index, milli in allocation.gpu_milli
         )
         assignment = DeviceAssignment(allocation.node, shares)
+        ref = PodRef.parse(allocation.pod)
         try:
-            self._wait(self.cluster.bind(PodRef.parse(allocation.pod), allocation.node, assignment))
-        except (ClusterError, OSError, TimeoutError) as error:
+            self._wait(self.cluster.bind(ref, allocation.node, assignment))
+        except AlreadyBound as error:
+            # Bound by an earlier attempt whose answer was lost: fine if it is where we put it.
+            if self._node_of(ref) != allocation.node:
+                raise BindError(f"{allocation.pod} to {allocation.node}: {error}") from error
+        except TimeoutError as error:
+            # The bind may still land: make sure the pod holds nothing before the gang is requeued.
+            if self._node_of(ref) is not None:
+                self.evict(allocation)
+            raise BindError(
+                f"{allocation.pod} to {allocation.node}: no answer in {self.timeout_s}s"
+            ) from error
+        except (ClusterError, OSError) as error:
             raise BindError(f"{allocation.pod} to {allocation.node}: {error}") from error
+
+    def _node_of(self, ref: PodRef) -> str | None:
+        async def read() -> str | None:
+            try:
+                return (await self.cluster.get_pod(ref)).node_name
+            except NotFound:
+                return None
+
+        try:
+            return asyncio.run_coroutine_threadsafe(read(), self.loop).result(self.timeout_s)
+        except (ClusterError, OSError, TimeoutError):
+            return None
 
     def evict(self, allocation: Allocation) -> None:
         call = self._evict(allocation.pod)
@@ -101,7 +125,10 @@ class ClusterBinder:
             self._background.add(task)
             task.add_done_callback(self._background.discard)
             return
-        asyncio.run_coroutine_threadsafe(call, self.loop).result(self.timeout_s)
+        try:
+            asyncio.run_coroutine_threadsafe(call, self.loop).result(self.timeout_s)
+        except TimeoutError:
+            log.warning("eviction got no answer in time", extra={"pod": allocation.pod})
 
     async def _evict(self, pod: str) -> None:
         try:
@@ -122,7 +149,12 @@ class ClusterBinder:
         if self._on_loop():
             call.close()
             raise BindError("a bind must run on the scheduling thread, not on the event loop")
-        asyncio.run_coroutine_threadsafe(call, self.loop).result(self.timeout_s)
+        future = asyncio.run_coroutine_threadsafe(call, self.loop)
+        try:
+            future.result(self.timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise
 
 
 def _pod_manifest(

@@ -81,10 +81,15 @@ class WatchState:
         except InvalidSpec:
             return []
         self.state.uuids[node.name] = {gpu.index: gpu.uuid for gpu in node.gpus}
-        if self.state.nodes.get(node.name) == info:
+        before = self.state.nodes.get(node.name)
+        if before == info:
             return []
         self.state.nodes[node.name] = info
-        return scheduler.node_changed(info, self.now)
+        outcomes = scheduler.node_changed(info, self.now)
+        if before is not None and before.mig_capacity != info.mig_capacity:
+            # New slices (a MIG layout applied by slicing): wake the gangs waiting for a layout.
+            scheduler.notify(ClusterEvent.LAYOUT_CHANGED, self.now)
+        return outcomes
 
     async def _pod(self, repo: SchedulerRepository, event: WatchEvent[Pod]) -> list[GangOutcome]:
         pod = event.object

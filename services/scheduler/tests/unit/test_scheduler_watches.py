@@ -1,0 +1,78 @@
+"""Cluster watch events into the scheduler's state: node changes, new slices, pods that ended."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any
+
+from tessera.cluster.builders import gpu_node
+from tessera.cluster.domain import Node
+from tessera.cluster.port import EventType, WatchEvent
+from tessera.scheduler.adapters.kube import InventoryBinder
+from tessera.scheduler.config import SchedulerSettings
+from tessera.scheduler.domain.framework.builders import make_gang
+from tessera.scheduler.domain.framework.cluster_view import node_info
+from tessera.scheduler.domain.gang.assembly import assemble
+from tessera.scheduler.domain.gang.scheduler import OutcomeKind
+from tessera.scheduler.service_layer.outcomes import GangInfo
+from tessera.scheduler.service_layer.rebuild import Rebuilt
+from tessera.scheduler.service_layer.watches import WatchState
+
+NO_REPO: Any = None  # node events do not touch the database
+
+
+def world(*nodes: Node) -> tuple[Rebuilt, WatchState]:
+    infos = {node.name: node_info(node) for node in nodes}
+    port = InventoryBinder()
+    state = Rebuilt(assemble(infos.values(), port), {}, {}, {}, infos, port)
+    settings = SchedulerSettings.model_validate({})
+    return state, WatchState(state, NO_REPO, settings, now=100.0)
+
+
+def node_event(node: Node, kind: EventType = EventType.MODIFIED) -> WatchEvent[Any]:
+    return WatchEvent(kind, node, "1")
+
+
+async def test_a_new_mig_layout_wakes_a_gang_waiting_for_slices() -> None:
+    state, watches = world(gpu_node("a100-0", "A100-80GB", 1))
+    scheduler = state.assembly.scheduler
+    scheduler.submit(make_gang("infer", 1, gpus=0, mig=MappingProxyType({"1g.10gb": 1})))
+    (outcome,) = scheduler.run(now=100.0)
+    assert outcome.kind is OutcomeKind.UNSCHEDULABLE
+    assert state.assembly.queue.parked() == ("infer",)
+
+    await watches.apply(
+        NO_REPO, "node", node_event(gpu_node("a100-0", "A100-80GB", 1, mig_config="all-1g.10gb"))
+    )
+
+    queue = state.assembly.queue
+    assert (queue.parked(), queue.backing_off()) == ((), ("infer",)), "woken; retried when its backoff ends"
+    assert state.uuids["a100-0"][0].startswith("GPU-")
+
+
+async def test_an_unchanged_node_report_changes_nothing() -> None:
+    node = gpu_node("gpu-0", "A100-80GB", 8)
+    state, watches = world(node)
+    generation = state.assembly.cache.generation
+    await watches.apply(NO_REPO, "node", node_event(node))
+    assert state.assembly.cache.generation == generation
+
+
+async def test_a_lost_node_breaks_the_gang_on_it_and_a_pod_that_ended_frees_its_gpus() -> None:
+    state, watches = world(gpu_node("gpu-0", "A100-80GB", 8), gpu_node("gpu-1", "A100-80GB", 8))
+    scheduler = state.assembly.scheduler
+    scheduler.submit(make_gang("train", 2, gpus=8))
+    (placed,) = scheduler.run(now=100.0)
+    assert placed.kind is OutcomeKind.PLACED
+    state.gangs["train"] = GangInfo("train", "job", placed={a.pod: None for a in placed.bound})
+
+    watches.pod_ended("train-0", "Succeeded")
+    assert state.assembly.cache.allocation("train-0") is None
+    assert state.gangs["train"].placed["train-0"] == "Succeeded"
+
+    lost = placed.bound[1].node
+    outcomes = await watches.apply(
+        NO_REPO, "node", node_event(gpu_node(lost, "A100-80GB", 8), EventType.DELETED)
+    )
+    assert [o.kind for o in outcomes] == [OutcomeKind.BROKEN]
+    assert lost not in state.nodes

@@ -349,3 +349,12 @@ async def test_pods_already_on_the_cluster_are_scheduled_as_their_pod_group(worl
             timeout=30,
         )
         assert finished[0].pods == {f"infer-{i}": "Succeeded" for i in range(3)}
+        # A lone pod for this scheduler is a gang of one.
+        solo = member_pod("solo", "unused", gpus=1)
+        del solo["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"]
+        store.create(PODS, "default", solo)
+        placed = await eventually(
+            lambda: _matching(world, subjects.GANG_PLACED, "default/solo"), what="solo placed"
+        )
+        assert [p.pod for p in placed[0].placements] == ["solo"]
+        assert len(bound(world.pods("solo"))) == 1

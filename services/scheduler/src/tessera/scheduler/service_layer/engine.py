@@ -38,7 +38,7 @@ from tessera.scheduler.service_layer.gangs import (
 from tessera.scheduler.service_layer.outcomes import GangInfo, record_outcome
 from tessera.scheduler.service_layer.preemption import preempt_due
 from tessera.scheduler.service_layer.rebuild import ClusterSide, Rebuilt, rebuild
-from tessera.scheduler.service_layer.watches import WatchState
+from tessera.scheduler.service_layer.watches import WatchState, native_keys
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +128,8 @@ class SchedulingEngine:
                 if self.cluster is not None:
                     # PodGroups created while the scheduler was away join the queue now.
                     watches = WatchState(self.state, self.cluster, self.settings, now)
-                    for group in sorted(self.cluster.pod_groups.store):
-                        await watches.refresh_native(repo, group)
+                    for key in native_keys(self.cluster.pods.store, self.cluster.pod_groups.store):
+                        await watches.refresh_native(repo, key)
             state = self.state
             if self.cluster is None and self._inventory_dirty:
                 self._inventory_dirty = False

@@ -34,7 +34,7 @@ from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
 from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
 from tessera.scheduler.service_layer.gangs import inventory_node, inventory_uuids, job_gang, job_pod_names
 from tessera.scheduler.service_layer.outcomes import GangInfo
-from tessera.scheduler.service_layer.watches import native_gang, native_members, pod_key
+from tessera.scheduler.service_layer.watches import native_gang, native_of, pod_key
 
 # The workload the fragmentation score expects when it knows nothing better: mostly shares of one
 # GPU and single GPUs, some multi-GPU pods (the shape of Alibaba's openb trace).
@@ -155,11 +155,11 @@ async def rebuild(
                 )
             )
         elif row.source == PODGROUP and cluster is not None:
-            group = cluster.pod_groups.store.get(row.job_id)
-            live = native_members(cluster.pods.store, group) if group is not None else []
-            if group is None or not live:
+            found = native_of(cluster.pods.store, cluster.pod_groups.store, row.job_id)
+            if found is None or not found[1]:
                 await repo.remove_pending(row.job_id)
                 continue
+            group, live = found
             gangs[row.job_id] = GangInfo(row.job_id, PODGROUP, {}, {pod_key(p): group.name for p in live})
             native_submitted[row.job_id] = row.submitted_at.timestamp()
             gang_specs.append(native_gang(group, live, native_submitted[row.job_id]))
@@ -185,11 +185,11 @@ async def rebuild(
             )
     if cluster is not None:
         for pod in cluster.pods.store.values():
-            gang = pod.labels.get(JOB_ID_LABEL) or (
-                f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else None
-            )
             key = pod_key(pod)
-            if gang is None or key in known_pods or pod.terminated or not pod.bound or gang not in gangs:
+            gang = pod.labels.get(JOB_ID_LABEL) or (
+                f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else key
+            )
+            if key in known_pods or pod.terminated or not pod.bound or gang not in gangs:
                 continue
             allocation = _cluster_allocation(pod, gang, uuids.get(pod.node_name or "", {}))
             if allocation is not None and allocation.node in nodes:

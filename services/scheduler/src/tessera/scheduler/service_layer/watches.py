@@ -7,10 +7,12 @@ admitted jobs carry the job-id label and are already known as the job's gang.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from tessera.cluster.conventions.names import SCHEDULER_NAME
 from tessera.cluster.domain import Node, Pod, PodGroup
 from tessera.cluster.port import EventType, WatchEvent
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL
@@ -31,18 +33,43 @@ def pod_key(pod: Pod) -> str:
     return f"{pod.namespace}/{pod.name}"
 
 
-def native_members(pods: dict[str, Pod], group: PodGroup) -> list[Pod]:
-    """The live pods of a PodGroup that are no job's (those are scheduled as the job's gang)."""
-    return [
-        pod
-        for pod in pods.values()
-        if pod.namespace == group.namespace
-        and pod.pod_group == group.name
+def _ours(pod: Pod) -> bool:
+    """A live pod for this scheduler that no admitted job owns (those are the job's gang)."""
+    return (
+        pod.scheduler_name == SCHEDULER_NAME
         and not pod.terminated
         and not pod.deleting
         and JOB_ID_LABEL not in pod.labels
         and pod.problem is None
+    )
+
+
+def native_members(pods: Mapping[str, Pod], group: PodGroup) -> list[Pod]:
+    """The live pods of a PodGroup that are ours to schedule."""
+    return [
+        pod
+        for pod in pods.values()
+        if pod.namespace == group.namespace and pod.pod_group == group.name and _ours(pod)
     ]
+
+
+def native_of(
+    pods: Mapping[str, Pod], groups: Mapping[str, PodGroup], key: str
+) -> tuple[PodGroup, list[Pod]] | None:
+    """The gang named ``key``: a PodGroup and its members, or a lone pod (a gang of one)."""
+    group = groups.get(key)
+    if group is not None:
+        return group, native_members(pods, group)
+    pod = pods.get(key)
+    if pod is not None and not pod.pod_group and _ours(pod):
+        return PodGroup(pod.namespace, pod.name, 1), [pod]
+    return None
+
+
+def native_keys(pods: Mapping[str, Pod], groups: Mapping[str, PodGroup]) -> list[str]:
+    """Every PodGroup, and every lone pod of ours still waiting for a node."""
+    lone = [key for key, pod in pods.items() if not pod.pod_group and not pod.bound and _ours(pod)]
+    return sorted(set(groups) | set(lone))
 
 
 def native_gang(group: PodGroup, members: list[Pod], submitted_at: float) -> GangSpec:
@@ -98,8 +125,8 @@ class WatchState:
         if ended and self.state.assembly.cache.allocation(key) is not None:
             self.pod_ended(key, pod.phase.value if event.type is not EventType.DELETED else "Deleted")
             return []
-        if pod.pod_group and JOB_ID_LABEL not in pod.labels and not pod.bound:
-            await self.refresh_native(repo, f"{pod.namespace}/{pod.pod_group}")
+        if not pod.bound and _ours(pod):
+            await self.refresh_native(repo, f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else key)
         return []
 
     def pod_ended(self, key: str, phase: str) -> None:
@@ -113,11 +140,11 @@ class WatchState:
         self.state.assembly.scheduler.notify(ClusterEvent.CAPACITY_FREED, self.now)
 
     async def refresh_native(self, repo: SchedulerRepository, group_key: str) -> None:
-        """(Re)submit a native gang from the PodGroup and its pending pods."""
-        group = self.cluster.pod_groups.store.get(group_key)
-        if group is None:
+        """(Re)submit a native gang from the PodGroup (or lone pod) and its pending pods."""
+        found = native_of(self.cluster.pods.store, self.cluster.pod_groups.store, group_key)
+        if found is None:
             return
-        members = native_members(self.cluster.pods.store, group)
+        group, members = found
         if not any(not pod.bound for pod in members):
             return
         state = self.state

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import MappingProxyType
 from typing import Any
 
 from tessera.cluster.builders import gpu_node
 from tessera.cluster.domain import Node
+from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
+from tessera.cluster.domain.requirements import Pod, PodPhase, PodRequirements
 from tessera.cluster.port import EventType, WatchEvent
 from tessera.scheduler.adapters.kube import InventoryBinder
 from tessera.scheduler.config import SchedulerSettings
@@ -24,7 +27,8 @@ NO_REPO: Any = None  # node events do not touch the database
 def world(*nodes: Node) -> tuple[Rebuilt, WatchState]:
     infos = {node.name: node_info(node) for node in nodes}
     port = InventoryBinder()
-    state = Rebuilt(assemble(infos.values(), port), {}, {}, {}, infos, port)
+    uuids = {node.name: {gpu.index: gpu.uuid for gpu in node.gpus} for node in nodes}
+    state = Rebuilt(assemble(infos.values(), port), {}, {}, uuids, infos, port)
     settings = SchedulerSettings.model_validate({})
     return state, WatchState(state, NO_REPO, settings, now=100.0)
 
@@ -76,3 +80,31 @@ async def test_a_lost_node_breaks_the_gang_on_it_and_a_pod_that_ended_frees_its_
     )
     assert [o.kind for o in outcomes] == [OutcomeKind.BROKEN]
     assert lost not in state.nodes
+
+
+async def test_pods_of_other_schedulers_hold_capacity_until_they_end() -> None:
+    node = gpu_node("gpu-0", "A100-80GB", 2, cpu_milli=8_000)
+    state, watches = world(node)
+    gpu0 = node.gpus[0].uuid
+    other = Pod(
+        "kube-system",
+        "daemon",
+        PodRequirements(cpu_milli=6_000, memory_mib=1024),
+        scheduler_name="default-scheduler",
+        node_name="gpu-0",
+        phase=PodPhase.RUNNING,
+        assignment=DeviceAssignment("gpu-0", (GpuShare(gpu0, 1000),)),
+    )
+    await watches.apply(NO_REPO, "pod", WatchEvent(EventType.MODIFIED, other, "2"))
+
+    held = state.assembly.cache.allocation("kube-system/daemon")
+    assert held is not None and (held.cpu_milli, held.gpu_milli) == (6_000, ((0, 1000),))
+    scheduler = state.assembly.scheduler
+    scheduler.submit(make_gang("train", 1, gpus=1, cpu_milli=4_000))
+    (outcome,) = scheduler.run(now=100.0)
+    assert outcome.kind is OutcomeKind.UNSCHEDULABLE, "only 2 cores left"
+
+    ended = dataclasses.replace(other, phase=PodPhase.SUCCEEDED)
+    await watches.apply(NO_REPO, "pod", WatchEvent(EventType.MODIFIED, ended, "3"))
+    assert state.assembly.cache.allocation("kube-system/daemon") is None
+    assert state.assembly.queue.parked() == (), "the freed capacity wakes the gang"

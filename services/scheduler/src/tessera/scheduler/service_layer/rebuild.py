@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tessera.cluster.conventions.names import SCHEDULER_NAME
 from tessera.cluster.domain import Node, Pod, PodGroup
 from tessera.cluster.port import Cluster, WatchEvent
 from tessera.cluster.reflector import Reflector
@@ -23,6 +24,7 @@ from tessera.contracts.jobs import JobSpec
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL, ClusterBinder, InventoryBinder, JobMaterializer
 from tessera.scheduler.adapters.repository import JOB, PODGROUP, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
+from tessera.scheduler.domain.cache import CacheConflict
 from tessera.scheduler.domain.framework.cluster_view import node_info
 from tessera.scheduler.domain.framework.pod import InvalidSpec
 from tessera.scheduler.domain.gang.assembly import Assembly, assemble
@@ -34,7 +36,7 @@ from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
 from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
 from tessera.scheduler.service_layer.gangs import inventory_node, inventory_uuids, job_gang, job_pod_names
 from tessera.scheduler.service_layer.outcomes import GangInfo
-from tessera.scheduler.service_layer.watches import native_gang, native_of, pod_key
+from tessera.scheduler.service_layer.watches import foreign_allocation, native_gang, native_of, pod_key
 
 # The workload the fragmentation score expects when it knows nothing better: mostly shares of one
 # GPU and single GPUs, some multi-GPU pods (the shape of Alibaba's openb trace).
@@ -183,12 +185,17 @@ async def rebuild(
                     placed.pod, placed.job_id, placed.node, placed.gpus, placed.cpu_milli, placed.memory_mib
                 )
             )
+    foreign: list[Allocation] = []
     if cluster is not None:
         for pod in cluster.pods.store.values():
             key = pod_key(pod)
             gang = pod.labels.get(JOB_ID_LABEL) or (
                 f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else key
             )
+            if pod.bound and not pod.terminated and pod.scheduler_name != SCHEDULER_NAME:
+                if pod.node_name in nodes:
+                    foreign.append(foreign_allocation(pod, uuids.get(pod.node_name or "", {})))
+                continue
             if key in known_pods or pod.terminated or not pod.bound or gang not in gangs:
                 continue
             allocation = _cluster_allocation(pod, gang, uuids.get(pod.node_name or "", {}))
@@ -212,6 +219,10 @@ async def rebuild(
         gangs_known=gang_specs,
         fragmentation=FragmentationScore(TYPICAL_WORKLOAD, models) if models else None,
     )
+    for allocation in foreign:  # best effort: a pod the cache cannot fit is left out, not fatal
+        with contextlib.suppress(CacheConflict):
+            assembly.cache.assume(allocation)
+            assembly.cache.confirm_bound(allocation.pod)
     state = Rebuilt(assembly, gangs, specs, uuids, nodes, port, native_submitted=native_submitted)
     state.recovered = _recover(state, pending, bound, known_pods, now)
     if cluster is not None:

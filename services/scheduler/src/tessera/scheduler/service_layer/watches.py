@@ -7,6 +7,7 @@ admitted jobs carry the job-id label and are already known as the job's gang.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -18,15 +19,20 @@ from tessera.cluster.port import EventType, WatchEvent
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL
 from tessera.scheduler.adapters.repository import PODGROUP, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
+from tessera.scheduler.domain.cache import CacheConflict
 from tessera.scheduler.domain.framework.cluster_view import gang_spec, node_info
 from tessera.scheduler.domain.framework.pod import InvalidSpec
 from tessera.scheduler.domain.gang.queue import ClusterEvent
 from tessera.scheduler.domain.gang.scheduler import GangOutcome
 from tessera.scheduler.domain.gang.spec import GangSpec
+from tessera.scheduler.domain.snapshot import Allocation
 from tessera.scheduler.service_layer.outcomes import GangInfo
 
 if TYPE_CHECKING:
     from tessera.scheduler.service_layer.rebuild import ClusterSide, Rebuilt
+
+
+FOREIGN = "foreign:"  # gang name prefix of pods other schedulers placed
 
 
 def pod_key(pod: Pod) -> str:
@@ -64,6 +70,25 @@ def native_of(
     if pod is not None and not pod.pod_group and _ours(pod):
         return PodGroup(pod.namespace, pod.name, 1), [pod]
     return None
+
+
+def foreign_allocation(pod: Pod, uuids: Mapping[int, str]) -> Allocation:
+    """What a pod of another scheduler holds: CPU and memory, and the GPUs its assignment names.
+
+    GPUs handed out by the device plugin without Tessera's annotation cannot be told apart, so only
+    annotated ones are counted."""
+    index_of = {uuid: index for index, uuid in uuids.items()}
+    shares = pod.assignment.shares if pod.assignment is not None else ()
+    gpus = tuple((index_of[s.gpu_uuid], s.milli) for s in shares if s.gpu_uuid in index_of and s.mig is None)
+    key = pod_key(pod)
+    return Allocation(
+        key,
+        f"{FOREIGN}{key}",
+        pod.node_name or "",
+        gpus,
+        pod.requirements.cpu_milli,
+        pod.requirements.memory_mib,
+    )
 
 
 def native_keys(pods: Mapping[str, Pod], groups: Mapping[str, PodGroup]) -> list[str]:
@@ -125,9 +150,21 @@ class WatchState:
         if ended and self.state.assembly.cache.allocation(key) is not None:
             self.pod_ended(key, pod.phase.value if event.type is not EventType.DELETED else "Deleted")
             return []
+        if pod.bound and not ended and self.state.assembly.cache.allocation(key) is None:
+            self.count_foreign(pod)
+            return []
         if not pod.bound and _ours(pod):
             await self.refresh_native(repo, f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else key)
         return []
+
+    def count_foreign(self, pod: Pod) -> None:
+        """A pod another scheduler bound (or a kubelet runs) holds node capacity the cache must see."""
+        if pod.scheduler_name == SCHEDULER_NAME or pod.node_name not in self.state.nodes:
+            return
+        allocation = foreign_allocation(pod, self.state.uuids.get(pod.node_name or "", {}))
+        with contextlib.suppress(CacheConflict):
+            self.state.assembly.cache.assume(allocation)
+            self.state.assembly.cache.confirm_bound(allocation.pod)
 
     def pod_ended(self, key: str, phase: str) -> None:
         """A placed pod ended or vanished: its resources are free; its gang may now be finished."""

@@ -83,6 +83,8 @@ def test_the_job_placement_policy_applies_at_node_and_gpu_level() -> None:
     assert (pod.node_policy, pod.gpu_policy) == (Policy.SPREAD, Policy.SPREAD)
     (pod, *_) = job_gang(JOB_ID, job(), "default", 0.0, None).members
     assert (pod.node_policy, pod.gpu_policy) == (None, None)
+    (pod, *_) = job_gang(JOB_ID, job(topology="nvlink"), "default", 0.0, None).members
+    assert (pod.node_policy, pod.gpu_policy) == (Policy.BINPACK, None), "a tightly coupled job packs nodes"
 
 
 def test_pod_and_group_names_are_unique_per_job() -> None:

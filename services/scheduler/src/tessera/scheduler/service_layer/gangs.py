@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from tessera.contracts.events import GpuAssignment, GpuDemand, NodeInventory, PodPlacement
-from tessera.contracts.jobs import JobSpec, PlacementPolicy, PodGroupSpec
+from tessera.contracts.jobs import JobSpec, PodGroupSpec, TopologyPreference
 from tessera.scheduler.domain.framework.pod import PodSpec, Policy
 from tessera.scheduler.domain.gang.spec import GangSpec
 from tessera.scheduler.domain.snapshot import MILLI_PER_GPU, Allocation, GpuInfo, NodeInfo, Topology
@@ -51,15 +51,26 @@ def job_pod_names(job_id: str, spec: JobSpec, namespace: str) -> list[MemberName
     ]
 
 
-def _pod(name: str, gang: str, group: PodGroupSpec, policy: PlacementPolicy | None) -> PodSpec:
-    node_policy = Policy(policy.value) if policy is not None else None
+def policies(spec: JobSpec) -> tuple[Policy | None, Policy | None]:
+    """(node, GPU) policy: the job's own ``placement`` at both levels; otherwise a job that wants
+    to sit together (same node, NVLink) packs nodes; ``None`` leaves it to the plugins' defaults."""
+    if spec.placement is not None:
+        chosen = Policy(spec.placement.value)
+        return chosen, chosen
+    if spec.topology in (TopologyPreference.SAME_NODE, TopologyPreference.NVLINK):
+        return Policy.BINPACK, None
+    return None, None
+
+
+def _pod(name: str, gang: str, group: PodGroupSpec, spec: JobSpec) -> PodSpec:
+    node_policy, gpu_policy = policies(spec)
     common = {
         "name": name,
         "gang": gang,
         "cpu_milli": group.cpu_milli,
         "memory_mib": group.memory_mib,
         "node_policy": node_policy,
-        "gpu_policy": node_policy,
+        "gpu_policy": gpu_policy,
     }
     gpu = group.gpu
     if gpu is None:
@@ -79,7 +90,7 @@ def job_gang(
 ) -> GangSpec:
     groups = {group.name: group for group in spec.pod_groups}
     members = tuple(
-        _pod(member.key, job_id, groups[member.group], spec.placement)
+        _pod(member.key, job_id, groups[member.group], spec)
         for member in job_pod_names(job_id, spec, namespace)
     )
     quorum = sum(group.quorum for group in spec.pod_groups)

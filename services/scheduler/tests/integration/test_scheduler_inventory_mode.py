@@ -170,3 +170,23 @@ async def test_a_preempted_victim_is_evicted_reported_and_its_gpus_go_to_the_wai
         assert len(await placed_gpus(nats_url, preemptor)) == 8
         assert await rows(db, "SELECT job_id FROM scheduler.placements GROUP BY job_id") == [(preemptor,)]
         assert await rows(db, "SELECT count(*) FROM scheduler.preemptions") == [(0,)]
+
+
+async def test_two_replicas_never_hand_out_the_same_gpus(system: tuple[str, str]) -> None:
+    nats_url, db = system
+    settings = settings_for(SchedulerSettings, nats_url, db, kubeconfig=None, poll_s=0.1)
+    jobs = [str(uuid.uuid4()) for _ in range(4)]
+    async with running(bootstrap.build(settings), settings), running(bootstrap.build(settings), settings):
+        await publish(nats_url, "telemetry", InventoryChanged(source="test", nodes=[NODE]))
+        await eventually(lambda: rows(db, "SELECT name FROM scheduler.inventory_nodes"), what="inventory")
+        for job_id in jobs:
+            await admit(nats_url, job_id, job("half", 4))
+        decided = "SELECT count(*) FROM scheduler.pending_gangs WHERE attempts > 0"
+        await eventually(lambda: _equals(rows(db, decided), [(2,)]), what="two jobs refused")
+        await asyncio.sleep(0.5)  # both replicas run more cycles
+        gpus = await rows(db, "SELECT g->>'index' FROM scheduler.placements, jsonb_array_elements(gpus) g")
+        assert sorted(int(index) for (index,) in gpus) == list(range(8)), "8 GPUs, each handed out once"
+
+
+async def _equals(probe: Any, expected: Any) -> bool:
+    return bool(await probe == expected)

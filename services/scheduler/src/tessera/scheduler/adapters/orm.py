@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     DateTime,
@@ -75,4 +76,13 @@ preemptions = Table(
     Column("checkpointable", Boolean, nullable=False, server_default="false"),
     Column("forced", Boolean, nullable=False, server_default="false"),
     Column("requested_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# One row: bumped by every cycle that decides something, so a replica whose in-memory state is
+# older than the last decision (another replica took it) rebuilds before it decides.
+decision_version = Table(
+    "decision_version",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("version", BigInteger, nullable=False, server_default="0"),
 )

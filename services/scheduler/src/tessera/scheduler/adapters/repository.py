@@ -17,7 +17,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from tessera.contracts.events import NodeInventory, PreemptionRequested
 from tessera.contracts.jobs import JobSpec
-from tessera.scheduler.adapters.orm import inventory_nodes, pending_gangs, placements, preemptions
+from tessera.scheduler.adapters.orm import (
+    decision_version,
+    inventory_nodes,
+    pending_gangs,
+    placements,
+    preemptions,
+)
 
 _SCHEDULING_LOCK = 0x7E55E7A  # one placement decision at a time across replicas
 
@@ -74,6 +80,19 @@ class SchedulerRepository:
     async def lock_for_decision(self) -> None:
         await self.session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEDULING_LOCK})
 
+    async def decision_version(self) -> int:
+        return int(await self.session.scalar(select(decision_version.c.version)) or 0)
+
+    async def bump_decision_version(self) -> int:
+        """Record that this cycle decided something; returns the new version."""
+        version = await self.session.scalar(
+            update(decision_version)
+            .where(decision_version.c.id == 1)
+            .values(version=decision_version.c.version + 1)
+            .returning(decision_version.c.version)
+        )
+        return int(version or 0)
+
     # -- inventory -------------------------------------------------------------------------------
 
     async def replace_inventory(self, source: str, nodes: list[NodeInventory]) -> None:
@@ -90,7 +109,11 @@ class SchedulerRepository:
             await self.session.execute(
                 stmt.on_conflict_do_update(
                     index_elements=[inventory_nodes.c.name],
-                    set_={"data": stmt.excluded.data, "source": source, "updated_at": text("now()")},
+                    set_={
+                        "data": stmt.excluded.data,
+                        "source": source,
+                        "updated_at": text("clock_timestamp()"),
+                    },
                 )
             )
 
@@ -110,8 +133,13 @@ class SchedulerRepository:
         await self.session.execute(
             update(inventory_nodes)
             .where(inventory_nodes.c.name == node)
-            .values(data=changed.model_dump(mode="json"))
+            .values(data=changed.model_dump(mode="json"), updated_at=text("clock_timestamp()"))
         )
+
+    async def inventory_stamp(self) -> tuple[int, datetime | None]:
+        """Changes whenever a node is added, removed or updated: (count, last update)."""
+        row = (await self.session.execute(select(func.count(), func.max(inventory_nodes.c.updated_at)))).one()
+        return int(row[0]), row[1]
 
     async def inventory(self) -> list[NodeInventory]:
         rows = (

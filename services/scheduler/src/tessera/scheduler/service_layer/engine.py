@@ -26,7 +26,7 @@ from tessera.scheduler.adapters.repository import JOB, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.cache import CacheConflict
 from tessera.scheduler.domain.gang.assembly import Assembly
-from tessera.scheduler.domain.gang.scheduler import GangOutcome
+from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
 from tessera.scheduler.service_layer.gangs import (
     inventory_node,
     inventory_uuids,
@@ -59,18 +59,16 @@ class SchedulingEngine:
         self.clock = clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scheduler-cycle")
         self._wake = asyncio.Event()
-        self._inventory_dirty = True
         self._events: deque[tuple[str, WatchEvent[object]]] = deque()
         self._unhealthy: deque[tuple[str, int]] = deque()
         self._next_preemption: float | None = None
+        self._version = -1
         self.state: Rebuilt | None = None
         self.cycles = 0
 
     # -- inputs (safe from handlers after commit and from watch callbacks) ------------------------
 
-    def wake(self, *, inventory: bool = False) -> None:
-        if inventory:
-            self._inventory_dirty = True
+    def wake(self) -> None:
         self._wake.set()
 
     def gpu_unhealthy(self, node: str, index: int) -> None:
@@ -120,10 +118,13 @@ class SchedulingEngine:
             await repo.lock_for_decision()
             now = self.clock()
             outcomes: list[GangOutcome] = []
+            version = await repo.decision_version()
+            if self.state is not None and version != self._version:
+                log.info("another replica decided since the last cycle; rebuilding")
+                self.state = None
             if self.state is None:
                 self._events.clear()  # the rebuild lists everything afresh
                 self.state = await rebuild(repo, self.settings, self.cluster, now)
-                self._inventory_dirty = False
                 outcomes += self.state.recovered
                 if self.cluster is not None:
                     # PodGroups created while the scheduler was away join the queue now.
@@ -131,9 +132,12 @@ class SchedulingEngine:
                     for key in native_keys(self.cluster.pods.store, self.cluster.pod_groups.store):
                         await watches.refresh_native(repo, key)
             state = self.state
-            if self.cluster is None and self._inventory_dirty:
-                self._inventory_dirty = False
-                outcomes += await self._sync_inventory(repo, now)
+            if self.cluster is None:
+                # Whichever replica took the inventory message, every replica sees the stored one.
+                stamp = await repo.inventory_stamp()
+                if stamp != state.inventory_stamp:
+                    state.inventory_stamp = stamp
+                    outcomes += await self._sync_inventory(repo, now)
             await self._sync_pending(repo, now)
             if self.cluster is not None:
                 watches = WatchState(state, self.cluster, self.settings, now)
@@ -160,7 +164,10 @@ class SchedulingEngine:
                     state.to_materialize.add(outcome.gang)
             await self._finish_ended(repo, uow, now)
             await self._announce_demand(uow)
+            decided = bool(uow.published) or any(o.kind is not OutcomeKind.WAITING for o in outcomes)
+            version = await repo.bump_decision_version() if decided else version
             await uow.commit()
+            self._version = version
         return outcomes
 
     # -- steps -----------------------------------------------------------------------------------

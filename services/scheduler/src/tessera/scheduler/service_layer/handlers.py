@@ -38,7 +38,7 @@ def inventory_changed_handler(engine: SchedulingEngine) -> Handler:
             raise PermanentError(f"expected inventory_changed, got {envelope.type}")
         repo = SchedulerRepository(uow.session)
         await repo.replace_inventory(event.source, event.nodes)
-        after_commit(uow.session, lambda: engine.wake(inventory=True))
+        after_commit(uow.session, engine.wake)
 
     return handle_inventory_changed
 

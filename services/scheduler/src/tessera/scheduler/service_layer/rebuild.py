@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from tessera.cluster.conventions.names import SCHEDULER_NAME
@@ -107,6 +108,7 @@ class Rebuilt:
     to_materialize: set[str] = field(default_factory=set)
     native_submitted: dict[str, float] = field(default_factory=dict)
     last_demand: DemandChanged | None = None
+    inventory_stamp: tuple[int, datetime | None] | None = None
 
 
 def _cluster_allocation(pod: Pod, gang: str, uuids: dict[int, str]) -> Allocation | None:
@@ -128,6 +130,7 @@ async def rebuild(
 ) -> Rebuilt:
     uuids: dict[str, dict[int, str]] = {}
     nodes: dict[str, NodeInfo] = {}
+    stamp = await repo.inventory_stamp() if cluster is None else None
     if cluster is None:
         for inventory in await repo.inventory():
             nodes[inventory.name] = inventory_node(inventory)
@@ -223,7 +226,9 @@ async def rebuild(
         with contextlib.suppress(CacheConflict):
             assembly.cache.assume(allocation)
             assembly.cache.confirm_bound(allocation.pod)
-    state = Rebuilt(assembly, gangs, specs, uuids, nodes, port, native_submitted=native_submitted)
+    state = Rebuilt(
+        assembly, gangs, specs, uuids, nodes, port, native_submitted=native_submitted, inventory_stamp=stamp
+    )
     state.recovered = _recover(state, pending, bound, known_pods, now)
     if cluster is not None:
         state.to_materialize.update(

@@ -21,6 +21,7 @@ from tessera.contracts.events import (
     GpuUnhealthy,
     InventoryChanged,
     JobAdmitted,
+    JobFinished,
     NodeInventory,
     PreemptionRequested,
 )
@@ -190,3 +191,26 @@ async def test_two_replicas_never_hand_out_the_same_gpus(system: tuple[str, str]
 
 async def _equals(probe: Any, expected: Any) -> bool:
     return bool(await probe == expected)
+
+
+async def test_a_job_that_left_admission_is_withdrawn_and_frees_its_gpus(system: tuple[str, str]) -> None:
+    nats_url, db = system
+    settings = settings_for(SchedulerSettings, nats_url, db, kubeconfig=None, poll_s=0.2)
+    cancelled, waiting = str(uuid.uuid4()), str(uuid.uuid4())
+    async with running(bootstrap.build(settings), settings):
+        await publish(nats_url, "telemetry", InventoryChanged(source="test", nodes=[NODE]))
+        await eventually(lambda: rows(db, "SELECT name FROM scheduler.inventory_nodes"), what="inventory")
+        await admit(nats_url, cancelled, job("first", 8))
+        assert len(await placed_gpus(nats_url, cancelled)) == 8
+        await admit(nats_url, waiting, job("second", 8))
+        await eventually(lambda: events(nats_url, subjects.GANG_UNSCHEDULABLE, waiting), what="second waits")
+        finished = JobFinished(
+            job_id=cancelled, state="cancelled", reason="by its owner", at=datetime.now(UTC)
+        )
+        await publish(nats_url, "admission", finished)
+        evicted = await eventually(
+            lambda: events(nats_url, subjects.PODS_EVICTED, cancelled), what="withdrawn"
+        )
+        assert evicted[0].reason == "withdrawn"
+        assert len(await placed_gpus(nats_url, waiting)) == 8
+        assert await events(nats_url, subjects.REPORT_JOB_OUTCOME, cancelled) == []

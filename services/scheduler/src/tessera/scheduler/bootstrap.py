@@ -16,6 +16,7 @@ from tessera.scheduler.service_layer.handlers import (
     gpu_unhealthy_handler,
     inventory_changed_handler,
     job_admitted_handler,
+    job_finished_handler,
     preemption_requested_handler,
 )
 
@@ -59,6 +60,9 @@ def consumers(ctx: ServiceContext) -> list[ConsumerSpec]:
             subjects.PREEMPTION_REQUESTED,
             preemption_requested_handler(engine),
             c,
+        ),
+        ConsumerSpec.configured(
+            "scheduler-job-finished", "admission", subjects.JOB_FINISHED, job_finished_handler(engine), c
         ),
     ]
 

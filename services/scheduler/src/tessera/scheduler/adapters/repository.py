@@ -285,6 +285,17 @@ class SchedulerRepository:
             )
         )
 
+    async def add_withdrawal(self, job_id: str, reason: str, at_time: datetime) -> None:
+        """The job left admission for good (finished, cancelled): whatever it holds goes at once.
+
+        Kept with the preemptions (no preemptor); an earlier request for the job becomes forced."""
+        stmt = pg_insert(preemptions).values(
+            job_id=job_id, preemptor_job_id="", reason=reason, deadline=at_time, forced=True
+        )
+        await self.session.execute(
+            stmt.on_conflict_do_update(index_elements=[preemptions.c.job_id], set_={"forced": True})
+        )
+
     async def due_preemptions(self, now: float) -> list[Preemption]:
         """Victims to evict now: they cannot checkpoint, the request is forced, or the deadline passed."""
         rows = (

@@ -6,7 +6,13 @@ scheduler's lock, so a redelivered or batched message only ever queues a gang on
 
 from __future__ import annotations
 
-from tessera.contracts.events import GpuUnhealthy, InventoryChanged, JobAdmitted, PreemptionRequested
+from tessera.contracts.events import (
+    GpuUnhealthy,
+    InventoryChanged,
+    JobAdmitted,
+    JobFinished,
+    PreemptionRequested,
+)
 from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import Handler, PermanentError
 from tessera.core.messaging.envelope import Envelope
@@ -68,3 +74,21 @@ def preemption_requested_handler(engine: SchedulingEngine) -> Handler:
         after_commit(uow.session, engine.wake)
 
     return handle_preemption_requested
+
+
+def job_finished_handler(engine: SchedulingEngine) -> Handler:
+    """The job left admission for good: the loop lets go of whatever it holds or waits for."""
+
+    async def handle_job_finished(envelope: Envelope, uow: UnitOfWork) -> None:
+        event = envelope.parse()
+        if not isinstance(event, JobFinished):
+            raise PermanentError(f"expected job_finished, got {envelope.type}")
+        if event.state == "preempted":
+            # Evicted through preemption_requested already; the job may be queued and admitted again.
+            return
+        await SchedulerRepository(uow.session).add_withdrawal(
+            event.job_id, f"job {event.state}: {event.reason}", event.at
+        )
+        after_commit(uow.session, engine.wake)
+
+    return handle_job_finished

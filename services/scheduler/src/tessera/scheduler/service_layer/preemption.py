@@ -1,5 +1,8 @@
 """Preemption, the scheduler's part: evict a victim admission chose, free its GPUs, report it released.
 
+A job that left admission for good (``job_finished``: cancelled, finished) is withdrawn the same
+way, at once and without a report: whatever it still holds or waits for is let go.
+
 A victim that cannot checkpoint (or a forced request) is evicted at once; one that can is given
 until the request's deadline to save its state (the checkpoint service works in between), then
 evicted with the request's grace period. Its pods leave the cache, parked gangs hear that
@@ -39,22 +42,26 @@ async def preempt_due(
         ) as span:
             evicted = await _evict(request, repo, state, cluster, settings, now)
             span.set_attribute("evicted", len(evicted))
+            withdrawn = not request.preemptor_job_id
             if evicted:
                 await uow.publish(
                     PodsEvicted(
                         job_id=request.job_id,
                         pods=[pod_name(key) for key in evicted],
-                        reason="preempted",
-                        message=f"preempted for {request.preemptor_job_id}: {request.reason}",
+                        reason="withdrawn" if withdrawn else "preempted",
+                        message=request.reason
+                        if withdrawn
+                        else f"preempted for {request.preemptor_job_id}: {request.reason}",
                     )
                 )
-            await uow.publish(
-                ReportJobOutcome(
-                    job_id=request.job_id,
-                    state="preempted",
-                    reason=f"{len(evicted)} pods evicted for {request.preemptor_job_id}",
+            if not withdrawn:
+                await uow.publish(
+                    ReportJobOutcome(
+                        job_id=request.job_id,
+                        state="preempted",
+                        reason=f"{len(evicted)} pods evicted for {request.preemptor_job_id}",
+                    )
                 )
-            )
             await repo.remove_preemption(request.job_id)
             log.info("victim evicted", extra={"job_id": request.job_id, "pods": len(evicted)})
     return await repo.next_preemption_deadline()

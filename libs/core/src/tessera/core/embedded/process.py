@@ -7,6 +7,7 @@ a parent killed with SIGKILL leaves no orphan behind.
 
 from __future__ import annotations
 
+import abc
 import atexit
 import contextlib
 import ctypes
@@ -59,7 +60,7 @@ def tail(path: Path | None, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
-class ManagedProcess:
+class ManagedProcess(abc.ABC):
     """Start/stop/restart of one server process whose output goes to a log file."""
 
     component = "process"
@@ -74,11 +75,13 @@ class ManagedProcess:
         atexit.register(self.stop)
 
     # -- to be provided by subclasses ---------------------------------------------------------------
+    @abc.abstractmethod
     def command(self) -> list[str]:
-        raise NotImplementedError
+        """The command line that starts the process."""
 
+    @abc.abstractmethod
     def is_ready(self) -> bool:
-        raise NotImplementedError
+        """Whether the started process serves yet."""
 
     def prepare(self) -> None:
         """Work done before each start (create directories, initialise data)."""

@@ -21,6 +21,7 @@ from tessera.admission.domain.workloads import groups_of, open_config, tenant_qu
 from tessera.admission.service_layer.cycle import CYCLE_LOCK_KEY
 from tessera.contracts.base import FieldError
 from tessera.contracts.events import (
+    GangFinished,
     GangPlaced,
     GangUnschedulable,
     InventoryChanged,
@@ -187,6 +188,11 @@ async def handle_outcome_command(envelope: Envelope, uow: UnitOfWork) -> None:
 
 async def handle_scheduler_event(envelope: Envelope, uow: UnitOfWork) -> None:
     event = envelope.parse()
+    if isinstance(event, GangFinished):
+        ended = ", ".join(f"{pod} {phase}" for pod, phase in sorted(event.pods.items()))
+        state = "succeeded" if event.succeeded else "failed"
+        await report_outcome(event.job_id, state, f"every pod ended: {ended}" if ended else state, uow)
+        return
     if not isinstance(event, GangPlaced | GangUnschedulable):
         return
     await hold_cycle_off(uow)

@@ -211,3 +211,46 @@ def test_replayed_trace_pods_go_through_the_scheduler_to_the_kubelet(stack: Stac
 
     nodes = until(placed, "the scheduler to bind every replayed pod and the kubelet to run it", timeout=60)
     assert set(nodes) <= {f"gpu-node-{i}" for i in range(4)}
+
+
+def test_a_job_submitted_with_the_cli_is_bound_runs_and_succeeds(stack: Stack, tmp_path: Path) -> None:
+    api = json.loads((stack.state / "endpoints.json").read_text())["admission_api_url"]
+    env = {**stack.env, "TESSERA_ADMISSION_URL": api}
+    job = tmp_path / "short-ddp.yaml"
+    job.write_text(
+        "name: short-ddp\ntenant: research\nestimated_duration_s: 40\n"
+        "pod_groups:\n  - {name: worker, replicas: 2, cpu: '8', memory: 64Gi, gpu: {count: 4}}\n"
+    )
+    submitted = subprocess.run(
+        [sys.executable, "-m", "tessera.cli", "jobs", "submit", str(job)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+
+    def pods(phase: str) -> list[list[str]]:
+        rows = [
+            line.split() for line in stack.kubectl("get", "pods", "-o", "wide", "--no-headers").splitlines()
+        ]
+        return [r for r in rows if r[0].startswith("short-ddp-") and r[2] == phase]
+
+    running = until(lambda: len(pods("Running")) == 2 and pods("Running"), "both pods bound and Running")
+    assert all(row[6].startswith("gpu-node-") for row in running), running  # NODE is filled in
+    until(lambda: len(pods("Succeeded")) == 2, "both pods to succeed after their duration", timeout=60)
+
+    def job_state() -> str:
+        shown = subprocess.run(
+            [sys.executable, "-m", "tessera.cli", "jobs", "get", job_id, "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            cwd=ROOT,
+        )
+        return str(json.loads(shown.stdout)["state"])
+
+    until(lambda: job_state() == "succeeded", "the job to end succeeded")

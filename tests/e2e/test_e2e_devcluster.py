@@ -242,7 +242,7 @@ def test_a_job_submitted_with_the_cli_is_bound_runs_and_succeeds(stack: Stack, t
     assert all(row[6].startswith("gpu-node-") for row in running), running  # NODE is filled in
     until(lambda: len(pods("Succeeded")) == 2, "both pods to succeed after their duration", timeout=60)
 
-    def job_state() -> str:
+    def job() -> dict[str, Any]:
         shown = subprocess.run(
             [sys.executable, "-m", "tessera.cli", "jobs", "get", job_id, "--json"],
             capture_output=True,
@@ -251,6 +251,9 @@ def test_a_job_submitted_with_the_cli_is_bound_runs_and_succeeds(stack: Stack, t
             timeout=60,
             cwd=ROOT,
         )
-        return str(json.loads(shown.stdout)["state"])
+        found: dict[str, Any] = json.loads(shown.stdout)
+        return found
 
-    until(lambda: job_state() == "succeeded", "the job to end succeeded")
+    until(lambda: job()["state"] == "succeeded", "the job to end succeeded")
+    states = [step["state"] for step in job()["history"]]
+    assert states == ["submitted", "queued", "admitted", "placed", "running", "succeeded"], states

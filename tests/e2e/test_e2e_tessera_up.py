@@ -82,12 +82,12 @@ def test_the_ddp_example_is_placed_within_30_seconds(stack: tuple[dict[str, str]
     while time.monotonic() < deadline:
         shown = tessera("jobs", "get", job_id, "--json", env=env)
         state = json.loads(shown.stdout)["state"]
-        if state == "placed":
+        if state in ("placed", "running"):
             break
         time.sleep(0.5)
-    assert state == "placed"
+    assert state in ("placed", "running")
     history = [step["state"] for step in json.loads(shown.stdout)["history"]]
-    assert history == ["submitted", "queued", "admitted", "placed"]
+    assert history[:4] == ["submitted", "queued", "admitted", "placed"]
 
 
 def test_the_invalid_example_is_rejected_naming_the_field(stack: tuple[dict[str, str], Path]) -> None:

@@ -83,7 +83,7 @@ class ManagedProcess(abc.ABC):
     def is_ready(self) -> bool:
         """Whether the started process serves yet."""
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # noqa: B027 - a hook with nothing to do by default
         """Work done before each start (create directories, initialise data)."""
 
     def run_as_ids(self) -> tuple[int | None, int | None]:

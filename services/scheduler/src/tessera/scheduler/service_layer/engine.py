@@ -19,9 +19,11 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from tessera.cluster.domain.requirements import PodPhase
 from tessera.cluster.port import WatchEvent
-from tessera.contracts.events import DemandChanged, GangFinished
+from tessera.contracts.events import DemandChanged, GangFinished, ReportJobOutcome
 from tessera.core.db.uow import UnitOfWork
+from tessera.core.observability.tracing import span_from_headers
 from tessera.scheduler.adapters.repository import JOB, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.cache import CacheConflict
@@ -163,6 +165,7 @@ class SchedulingEngine:
                 if outcome.evicted and self.cluster is not None and info.source == JOB:
                     state.to_materialize.add(outcome.gang)
             await self._finish_ended(repo, uow, now)
+            await self._report_running(uow)
             await self._announce_demand(uow)
             decided = bool(uow.published) or any(o.kind is not OutcomeKind.WAITING for o in outcomes)
             version = await repo.bump_decision_version() if decided else version
@@ -231,6 +234,26 @@ class SchedulingEngine:
             del state.gangs[gang]
             state.specs.pop(gang, None)
             log.info("gang finished", extra={"job_id": info.job_id, "succeeded": succeeded})
+
+    async def _report_running(self, uow: UnitOfWork) -> None:
+        """A job whose every placed pod runs is reported running to admission, once. After a restart
+        the report may repeat; admission ignores a job already running."""
+        assert self.state is not None
+        if self.cluster is None:
+            return
+        pods = self.cluster.pods.store
+        for info in self.state.gangs.values():
+            if info.source != JOB or info.running_reported or not info.placed:
+                continue
+            live = [pods.get(pod) for pod in info.placed]
+            if all(p is not None and p.phase is PodPhase.RUNNING for p in live):
+                info.running_reported = True
+                with span_from_headers("scheduler.gang_running", info.trace, job_id=info.job_id):
+                    await uow.publish(
+                        ReportJobOutcome(
+                            job_id=info.job_id, state="running", reason=f"all {len(live)} pods running"
+                        )
+                    )
 
     async def _announce_demand(self, uow: UnitOfWork) -> None:
         """Publish the GPU demand of the gangs that wait when it changed (slicing plans from it)."""

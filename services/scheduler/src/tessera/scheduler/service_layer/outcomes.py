@@ -28,6 +28,7 @@ class GangInfo:
     groups: dict[str, str] = field(default_factory=dict)  # pod -> pod group
     placed: dict[str, str | None] = field(default_factory=dict)  # pod -> final phase once ended
     announced: str = ""  # the last unschedulable message published
+    running_reported: bool = False  # admission was told every pod runs
 
 
 def placement_rows(info: GangInfo, allocations: tuple[Allocation, ...]) -> list[PlacementRow]:

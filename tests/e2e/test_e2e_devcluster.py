@@ -3,14 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,97 +13,9 @@ from kubernetes import client, config
 
 from tessera.contracts import subjects
 from tessera.testing.services import read_stream
+from tests.e2e.harness import Stack, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
-
-ROOT = Path(__file__).parents[2]
-KUBECTL_HINT = (
-    "kubectl is a binary dependency of this test and was not found on PATH (e.g. /usr/bin/kubectl); "
-    "install it from the pkgs.k8s.io apt repository or https://dl.k8s.io/release/v1.31.0/bin/linux/amd64/kubectl"
-)
-
-
-@dataclass(frozen=True)
-class Stack:
-    state: Path
-    env: dict[str, str]
-    kubeconfig: Path
-    nats_url: str
-    kubectl_path: str
-
-    def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        result = subprocess.run(
-            [self.kubectl_path, "--kubeconfig", str(self.kubeconfig), *args],
-            capture_output=True,
-            text=True,
-            input=stdin,
-            timeout=60,
-            check=False,
-        )
-        assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {result.stderr}"
-        return result.stdout
-
-    def tessera(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "tessera.cli", *args],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            timeout=120,
-            cwd=ROOT,
-        )
-
-    def node(self, name: str) -> dict[str, Any]:
-        node: dict[str, Any] = json.loads(self.kubectl("get", "node", name, "-o", "json"))
-        return node
-
-
-def until(probe: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    kubectl_path = shutil.which("kubectl")
-    if kubectl_path is None:
-        pytest.fail(KUBECTL_HINT)
-    state = tmp_path_factory.mktemp("tessera-up-devcluster")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
-    log = (state / "up.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tessera.cli", "up", "--state-dir", str(state), "--devcluster-speed", "10"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=ROOT,
-    )
-    endpoints_file = state / "endpoints.json"
-    deadline = time.monotonic() + 120
-    while not endpoints_file.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(
-                f"tessera up did not become ready in 120 s:\n{(state / 'up.log').read_text()[-4000:]}"
-            )
-        time.sleep(0.5)
-    endpoints = json.loads(endpoints_file.read_text())
-    kubeconfig = Path(endpoints["kubeconfig"])
-    yield Stack(state, env, kubeconfig, endpoints["nats_url"], kubectl_path)
-    proc.send_signal(signal.SIGINT)
-    try:
-        code = proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("tessera up did not stop within 60 s of Ctrl-C")
-    assert code == 0, (state / "up.log").read_text()[-3000:]
-    assert not kubeconfig.with_name("endpoints.json").exists()
 
 
 def test_the_kubeconfig_is_in_the_state_dir_and_kubectl_lists_the_gpu_nodes(stack: Stack) -> None:
@@ -214,21 +119,12 @@ def test_replayed_trace_pods_go_through_the_scheduler_to_the_kubelet(stack: Stac
 
 
 def test_a_job_submitted_with_the_cli_is_bound_runs_and_succeeds(stack: Stack, tmp_path: Path) -> None:
-    api = json.loads((stack.state / "endpoints.json").read_text())["admission_api_url"]
-    env = {**stack.env, "TESSERA_ADMISSION_URL": api}
     job = tmp_path / "short-ddp.yaml"
     job.write_text(
         "name: short-ddp\ntenant: research\nestimated_duration_s: 40\n"
         "pod_groups:\n  - {name: worker, replicas: 2, cpu: '8', memory: 64Gi, gpu: {count: 4}}\n"
     )
-    submitted = subprocess.run(
-        [sys.executable, "-m", "tessera.cli", "jobs", "submit", str(job)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        cwd=ROOT,
-    )
+    submitted = stack.tessera("jobs", "submit", str(job))
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
 
@@ -243,14 +139,7 @@ def test_a_job_submitted_with_the_cli_is_bound_runs_and_succeeds(stack: Stack, t
     until(lambda: len(pods("Succeeded")) == 2, "both pods to succeed after their duration", timeout=60)
 
     def job() -> dict[str, Any]:
-        shown = subprocess.run(
-            [sys.executable, "-m", "tessera.cli", "jobs", "get", job_id, "--json"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            cwd=ROOT,
-        )
+        shown = stack.tessera("jobs", "get", job_id, "--json")
         found: dict[str, Any] = json.loads(shown.stdout)
         return found
 

@@ -17,7 +17,7 @@ from tessera.cli.devcluster import (
     resolve_trace,
     write_default_cluster,
 )
-from tessera.devcluster.cluster_file import default_cluster, load_cluster
+from tessera.cluster.cluster_file import default_cluster, load_cluster
 
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
 TRACE = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tessera.cluster.cluster_file import NodeSpec
 from tessera.devcluster.apiserver import PODS
 from tessera.devcluster.cli import main
-from tessera.devcluster.cluster_file import NodeSpec
 from tessera.devcluster.replay import Replayer, load_trace
 from tessera.devcluster.runner import DevCluster
 from tessera.devcluster.sim.context import SimSettings

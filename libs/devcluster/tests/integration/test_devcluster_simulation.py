@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from tessera.cluster.builders import PodManifest
+from tessera.cluster.cluster_file import NodeSpec
 from tessera.cluster.conventions import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
 from tessera.devcluster.apiserver import CONFIGMAPS, NODES, PODS, Selector
-from tessera.devcluster.cluster_file import NodeSpec
 from tessera.devcluster.runner import DevCluster
 from tessera.devcluster.sim.context import SimSettings
 from tessera.devcluster.sim.nvml import DutyCycleTrace

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tessera.cluster.builders import PodManifest
+from tessera.cluster.cluster_file import NodeSpec
 from tessera.cluster.conventions import encode_assignment
 from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
 from tessera.cluster.domain.gpu import MigInstance
-from tessera.devcluster.cluster_file import NodeSpec
 from tessera.devcluster.sim.devices import AdmissionError, Holding, allocate
 from tessera.devcluster.sim.state import SimGpu, SimNode
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from tessera.cluster.catalogue import resolve_product
+from tessera.cluster.cluster_file import NodeSpec
 from tessera.cluster.conventions import parse_node, time_slicing_config
 from tessera.cluster.domain.node import MigConfigState
 from tessera.devcluster.apiserver.resources import NODES
 from tessera.devcluster.apiserver.store import ObjectStore
-from tessera.devcluster.cluster_file import NodeSpec
 from tessera.devcluster.sim import gpu_operator
 from tessera.devcluster.sim.context import SimContext, SimSettings
 from tessera.devcluster.sim.operator_controller import GpuOperator

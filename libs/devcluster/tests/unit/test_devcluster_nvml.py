@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tessera.devcluster.cluster_file import NodeSpec
+from tessera.cluster.cluster_file import NodeSpec
 from tessera.devcluster.sim.devices import Holding
 from tessera.devcluster.sim.nvml import DutyCycleTrace, NvmlModel, PodLoad
 from tessera.devcluster.sim.state import SimGpu, SimNode

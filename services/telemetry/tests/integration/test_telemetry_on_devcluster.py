@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from tessera.cluster.cluster_file import load_cluster
 from tessera.contracts import subjects
 from tessera.core.db.engine import async_url
 from tessera.core.db.migrations import migrate_all
-from tessera.devcluster.cluster_file import load_cluster
 from tessera.devcluster.runner import DevCluster
 from tessera.devcluster.sim.context import SimSettings
 from tessera.devcluster.sim.nvml import DutyCycleTrace

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from tessera.devcluster.cluster_file import ClusterFileError, default_cluster, load_cluster
+from tessera.cluster.cluster_file import ClusterFileError, default_cluster, load_cluster
 from tessera.devcluster.replay import Replayer, TraceError, TracePod, load_trace
 from tessera.devcluster.sim.context import SimSettings
 from tessera.devcluster.sim.nvml import DutyCycleTrace

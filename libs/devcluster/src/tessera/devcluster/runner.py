@@ -19,8 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from tessera.cluster.cluster_file import NodeSpec, load_cluster
 from tessera.devcluster.apiserver import ApiServer
-from tessera.devcluster.cluster_file import NodeSpec, load_cluster
 from tessera.devcluster.sim.context import SimContext, SimSettings
 from tessera.devcluster.sim.http import register_http_endpoints
 from tessera.devcluster.sim.kubelet import Kubelet

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from tessera.cluster.cluster_file import NodeSpec
 from tessera.cluster.domain.gpu import MigInstance
-from tessera.devcluster.cluster_file import NodeSpec
 
 
 class FaultKind(StrEnum):

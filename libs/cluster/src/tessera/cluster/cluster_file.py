@@ -1,4 +1,4 @@
-"""Where the devcluster's nodes come from: a YAML cluster file or the openb node CSV.
+"""Cluster files: the nodes of a development cluster, as YAML or the openb node CSV.
 
 The YAML form is the one the telemetry service reads for the embedded stack, so both agree on the
 inventory (and on GPU UUIDs)::
@@ -16,7 +16,6 @@ The openb CSV (`sn,cpu_milli,memory_mib,gpu,model`) is the Alibaba 2023 GPU clus
 from __future__ import annotations
 
 import csv
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,21 +25,10 @@ from typing import Any
 import yaml
 
 from tessera.cluster.catalogue import model as catalogue_model
+from tessera.cluster.conventions import quantity
 
 _NODE_KEYS = {"name", "name_prefix", "count", "cpu", "memory", "labels", "gpus"}
 _GPU_KEYS = {"count", "model", "memory_mib"}
-_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|K|M|G|T)?$")
-_MEMORY_MIB = {
-    None: 1 / (1024 * 1024),
-    "Ki": 1 / 1024,
-    "Mi": 1,
-    "Gi": 1024,
-    "Ti": 1024 * 1024,
-    "K": 1000 / 1024 / 1024,
-    "M": 1e6 / 1024 / 1024,
-    "G": 1e9 / 1024 / 1024,
-    "T": 1e12 / 1024 / 1024,
-}
 
 
 class ClusterFileError(ValueError):
@@ -90,19 +78,18 @@ def load_cluster(path: str | Path, *, limit: int | None = None) -> list[NodeSpec
     return nodes
 
 
-def parse_cpu_milli(value: Any, where: str) -> int:
-    text = str(value).strip()
+def _cpu_milli(value: Any, where: str) -> int:
     try:
-        return int(text[:-1]) if text.endswith("m") else int(float(text) * 1000)
+        return quantity.cpu_milli(value, where)
     except ValueError:
         raise ClusterFileError(f"{where}: {value!r} is not a CPU quantity such as 96 or 500m") from None
 
 
-def parse_memory_mib(value: Any, where: str) -> int:
-    match = _MEMORY.match(str(value).strip())
-    if match is None:
-        raise ClusterFileError(f"{where}: {value!r} is not a memory quantity such as 512Gi")
-    return int(float(match[1]) * _MEMORY_MIB[match[2]])
+def _memory_mib(value: Any, where: str) -> int:
+    try:
+        return quantity.memory_mib(value, where)
+    except ValueError:
+        raise ClusterFileError(f"{where}: {value!r} is not a memory quantity such as 512Gi") from None
 
 
 def _load_yaml(source: Path) -> list[NodeSpec]:
@@ -138,8 +125,8 @@ def _entry(entry: Any, where: str) -> list[NodeSpec]:
     labels = entry.get("labels") or {}
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         raise ClusterFileError(f"{where}.labels: expected a mapping of strings")
-    cpu = parse_cpu_milli(entry.get("cpu", "64"), f"{where}.cpu")
-    memory = parse_memory_mib(entry.get("memory", "512Gi"), f"{where}.memory")
+    cpu = _cpu_milli(entry.get("cpu", "64"), f"{where}.cpu")
+    memory = _memory_mib(entry.get("memory", "512Gi"), f"{where}.memory")
     model_name, gpu_count, gpu_memory = _gpus(entry.get("gpus"), f"{where}.gpus")
     names = [str(name)] if name is not None else [f"{prefix}{i}" for i in range(count)]
     return [NodeSpec(n, cpu, memory, model_name, gpu_count, gpu_memory, dict(labels)) for n in names]

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.devcluster.cluster_file import ClusterFileError, default_cluster, gpu_uuid, load_cluster
-
-pytestmark = pytest.mark.integration
+from tessera.cluster.cluster_file import ClusterFileError, default_cluster, gpu_uuid, load_cluster
 
 EXAMPLES = Path(__file__).parents[4] / "examples" / "clusters"
 

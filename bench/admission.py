@@ -145,7 +145,6 @@ async def submit_latency(nats_url: str, database_url: str, jobs: int, rate: floa
 
     from tessera.admission import bootstrap
     from tessera.admission.config import AdmissionSettings
-    from tessera.admission.entrypoints.cycle import wake_cycle
     from tessera.admission.service_layer.handlers import submit_job
     from tessera.contracts import subjects
     from tessera.testing.services import running, settings_for
@@ -188,7 +187,7 @@ async def submit_latency(nats_url: str, database_url: str, jobs: int, rate: floa
                 async with service.ctx.uow() as uow:
                     await submit_job(spec, uow, job_id)
                     await uow.commit()
-                wake_cycle(service.ctx)  # as the REST handler does after a submission
+                service.deps.wake_cycle()  # as the REST handler does after a submission
                 await asyncio.sleep(1 / rate)
             await asyncio.wait_for(done.wait(), timeout=60)
     finally:

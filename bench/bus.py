@@ -33,6 +33,7 @@ from tessera.core.messaging.envelope import Envelope
 from tessera.core.messaging.outbox import OutboxRelay
 from tessera.core.messaging.streams import StreamLimits, ensure_stream
 from tessera.core.observability.metrics import Metrics
+from tessera.core.settings import ConsumerSettings
 
 SERVICE = "bench"
 RESULTS = Path(__file__).parent / "results"
@@ -107,7 +108,9 @@ async def outbox_path(
     relay = OutboxRelay(js, sessions, outbox, metrics, stop, poll_s=0.01)
     consumer = ConsumerRunner(
         js,
-        ConsumerSpec(f"bench-{uuid.uuid4().hex[:8]}", SERVICE, Ping.SUBJECT, handle, batch=256),
+        ConsumerSpec(
+            f"bench-{uuid.uuid4().hex[:8]}", SERVICE, Ping.SUBJECT, handle, ConsumerSettings(batch=256)
+        ),
         uow,
         SERVICE,
         metrics,

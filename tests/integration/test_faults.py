@@ -56,6 +56,7 @@ async def admission_process(system: tuple[str, str], tmp_path: Path) -> AsyncIte
         {
             "TESSERA_NATS_URL": nats_url,
             "TESSERA_DATABASE_URL": db,
+            "TESSERA_ADMISSION_AUTH": "disabled",
             "TESSERA_ADMISSION_OUTBOX_POLL_S": "0.05",
             "TESSERA_ADMISSION_CONSUMER__ACK_WAIT_S": "2",
             "TESSERA_ADMISSION_CONSUMER__BACKOFF_BASE_S": "0.1",

@@ -15,8 +15,8 @@ async def _noop(*_: object) -> None:
 
 @pytest.mark.parametrize(("deliveries", "delay"), [(1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (10, 30.0)])
 def test_retry_delay_doubles_per_delivery_up_to_the_cap(deliveries: int, delay: float) -> None:
-    spec = ConsumerSpec.configured(
-        "c", "admission", "s", _noop, ConsumerSettings(backoff_base_s=0.5, backoff_max_s=30)
+    spec = ConsumerSpec("c", "admission", "s", _noop).configured(
+        ConsumerSettings(backoff_base_s=0.5, backoff_max_s=30)
     )
     runner = ConsumerRunner(None, spec, lambda: None, "admission", Metrics(), asyncio.Event())  # type: ignore[arg-type]
     assert runner.backoff(deliveries) == delay

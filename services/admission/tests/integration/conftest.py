@@ -13,11 +13,11 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from tessera.admission.bootstrap import create_admission_app
+from tessera.admission.bootstrap import build
 from tessera.admission.config import AdmissionSettings
 from tessera.core.db.engine import async_url
 from tessera.core.db.migrations import migrate
-from tessera.core.runner import ServiceContext
+from tessera.core.runner import ServiceContext, create_app
 from tessera.testing.services import reset_jetstream, settings_for
 
 
@@ -49,7 +49,7 @@ async def scalar(db: str, query: str, **params: Any) -> Any:
 
 async def start_api(nats_url: str, db: str, **overrides: Any) -> AsyncIterator[Api]:
     settings = settings_for(AdmissionSettings, nats_url, db, cycle_interval_s=0.05, **overrides)
-    app = create_admission_app(settings)
+    app = create_app(build(settings), settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://admission") as client:
@@ -58,7 +58,7 @@ async def start_api(nats_url: str, db: str, **overrides: Any) -> AsyncIterator[A
 
 @pytest.fixture
 async def api(admission_db: tuple[str, str]) -> AsyncIterator[Api]:
-    async for a in start_api(*admission_db):
+    async for a in start_api(*admission_db, auth="disabled"):
         yield a
 
 

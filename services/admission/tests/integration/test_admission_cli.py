@@ -13,10 +13,11 @@ import pytest
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
-from tessera.admission.bootstrap import create_admission_app
+from tessera.admission.bootstrap import build
 from tessera.admission.config import AdmissionSettings
 from tessera.cli import jobs, queues, tokens
 from tessera.cli.main import app
+from tessera.core.runner import create_app
 from tessera.testing.services import settings_for
 
 pytestmark = pytest.mark.integration
@@ -27,8 +28,8 @@ JOBS = Path(__file__).resolve().parents[4] / "examples" / "jobs"
 
 @pytest.fixture
 def cli(admission_db: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
-    settings = settings_for(AdmissionSettings, *admission_db, cycle_interval_s=0.05)
-    with TestClient(create_admission_app(settings), base_url="http://admission") as client:
+    settings = settings_for(AdmissionSettings, *admission_db, cycle_interval_s=0.05, auth="disabled")
+    with TestClient(create_app(build(settings), settings), base_url="http://admission") as client:
 
         @contextmanager
         def shared(api: str | None) -> Iterator[Any]:

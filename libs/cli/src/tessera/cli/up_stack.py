@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -139,6 +140,8 @@ def plan_services(
         }
         if kubeconfig is not None:
             env["TESSERA_KUBECONFIG"] = str(kubeconfig)
+        if name == "admission":  # the local stack is open unless the caller asks for tokens
+            env["TESSERA_ADMISSION_AUTH"] = os.environ.get("TESSERA_ADMISSION_AUTH", "disabled")
         if name == "telemetry" and cluster_file is not None:
             env["TESSERA_TELEMETRY_CLUSTER_FILE"] = str(cluster_file)
         if name == "telemetry" and devcluster_url is not None:

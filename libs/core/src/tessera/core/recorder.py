@@ -25,7 +25,7 @@ def observed_events_table(metadata: MetaData) -> Table:
     )
 
 
-def recording_handler(table: Table) -> Handler:
+def recording_handler(table: Table) -> Handler[UnitOfWork]:
     async def record(envelope: Envelope, uow: UnitOfWork) -> None:
         await uow.session.execute(
             insert(table).values(

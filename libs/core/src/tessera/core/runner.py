@@ -9,33 +9,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import nats
 from fastapi import APIRouter, FastAPI, Response
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import MetaData, Table, text
+from sqlalchemy import Table, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from tessera.contracts import subjects
 from tessera.core.db.engine import make_engine, make_session_factory
+from tessera.core.db.retention import Clock, RetentionRule, purge, utc_now
 from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import ConsumerRunner, ConsumerSpec
 from tessera.core.messaging.outbox import OutboxRelay
 from tessera.core.messaging.streams import ensure_stream
 from tessera.core.observability.metrics import Metrics
 from tessera.core.settings import ServiceSettings
+from tessera.core.waits import wait_any
 
 log = logging.getLogger(__name__)
 
 
+DepsT = TypeVar("DepsT")
+
+
 @dataclass
 class ServiceContext:
-    """What a running service holds; handlers and background tasks receive it."""
+    """What a running service holds: its connections, settings and lifecycle. Each service builds
+    its own typed dependencies from it in `bootstrap.py` (`ServiceDefinition.dependencies`)."""
 
     name: str
     settings: ServiceSettings
@@ -47,48 +53,47 @@ class ServiceContext:
     inbox: Table
     metrics: Metrics
     stop: asyncio.Event
+    unit_of_work: type[UnitOfWork] = UnitOfWork
     relay: OutboxRelay | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
 
-    def uow(self) -> UnitOfWork:
-        return RelayWakingUnitOfWork(
-            self.sessions, self.outbox, self.inbox, f"tessera/{self.name}", self.relay
+    def uow(self) -> Any:
+        """A new unit of work of the service's own class; a commit that queued events wakes the relay."""
+        relay = self.relay
+        return self.unit_of_work(
+            self.sessions,
+            self.outbox,
+            self.inbox,
+            f"tessera/{self.name}",
+            after_commit=relay.wake if relay is not None else None,
         )
 
 
-class RelayWakingUnitOfWork(UnitOfWork):
-    """Wakes the in-process relay after a commit that queued events, so latency is not a poll interval."""
-
-    def __init__(
-        self,
-        sessions: async_sessionmaker[AsyncSession],
-        outbox: Table,
-        inbox: Table,
-        source: str,
-        relay: OutboxRelay | None,
-    ) -> None:
-        super().__init__(sessions, outbox, inbox, source)
-        self._relay = relay
-
-    async def commit(self) -> None:
-        await super().commit()
-        if self.published and self._relay is not None:
-            self._relay.wake()
+async def context_only(ctx: ServiceContext) -> ServiceContext:
+    """The dependencies of a service that needs nothing beyond its context."""
+    return ctx
 
 
-BackgroundTask = Callable[[ServiceContext], Coroutine[Any, Any, None]]
+def _no_consumers(deps: Any) -> list[ConsumerSpec[Any]]:
+    return []
 
 
 @dataclass
-class ServiceDefinition:
+class ServiceDefinition(Generic[DepsT]):
+    """Everything the runner needs to run a service; `bootstrap.build(settings)` returns one.
+
+    `dependencies` builds the service's typed dependencies once connected; consumers, background
+    tasks and routes receive them (routes through `request.app.state.deps`)."""
+
     name: str
-    metadata: MetaData
     outbox: Table
     inbox: Table
-    consumers: Callable[[ServiceContext], list[ConsumerSpec]] = lambda ctx: []
+    dependencies: Callable[[ServiceContext], Awaitable[DepsT]]
+    unit_of_work: type[UnitOfWork] = UnitOfWork
+    consumers: Callable[[DepsT], Sequence[ConsumerSpec[Any]]] = _no_consumers
     routers: list[APIRouter] = field(default_factory=list)
-    background: list[BackgroundTask] = field(default_factory=list)
-    on_start: Callable[[ServiceContext], Awaitable[None]] | None = None
+    background: list[Callable[[DepsT], Coroutine[Any, Any, None]]] = field(default_factory=list)
+    retention: list[RetentionRule] = field(default_factory=list)
+    configure_app: Callable[[FastAPI], None] | None = None
 
 
 async def connect_nats(url: str, name: str) -> NATS:
@@ -107,7 +112,7 @@ async def connect_nats(url: str, name: str) -> NATS:
 
 
 async def start_context(
-    definition: ServiceDefinition, settings: ServiceSettings, metrics: Metrics | None = None
+    definition: ServiceDefinition[Any], settings: ServiceSettings, metrics: Metrics | None = None
 ) -> ServiceContext:
     engine = make_engine(
         settings.database_url.get_secret_value(),
@@ -128,17 +133,30 @@ async def start_context(
         inbox=definition.inbox,
         metrics=metrics or Metrics(),
         stop=asyncio.Event(),
+        unit_of_work=definition.unit_of_work,
     )
 
 
-class RunningService:
+class RunningService(Generic[DepsT]):
     """The tasks of one service instance; usable without HTTP (tests, benchmarks) and inside the app."""
 
-    def __init__(self, definition: ServiceDefinition, ctx: ServiceContext) -> None:
+    def __init__(self, definition: ServiceDefinition[DepsT], ctx: ServiceContext) -> None:
         self.definition = definition
         self.ctx = ctx
         self.tasks: list[asyncio.Task[None]] = []
-        self.consumers: list[ConsumerRunner] = []
+        self.consumers: list[ConsumerRunner[Any]] = []
+        self._deps: DepsT | None = None
+        self.retention_rules = [
+            RetentionRule(ctx.inbox, "received_at", ctx.settings.retention.inbox_s),
+            *definition.retention,
+        ]
+        self.clock: Clock = utc_now
+
+    @property
+    def deps(self) -> DepsT:
+        if self._deps is None:
+            raise RuntimeError(f"{self.ctx.name} has not started")
+        return self._deps
 
     async def start(self) -> None:
         ctx = self.ctx
@@ -146,15 +164,31 @@ class RunningService:
         ctx.relay = OutboxRelay(
             ctx.js, ctx.sessions, ctx.outbox, ctx.metrics, ctx.stop, poll_s=s.outbox_poll_s
         )
-        if self.definition.on_start is not None:
-            await self.definition.on_start(ctx)
+        self._deps = deps = await self.definition.dependencies(ctx)
         self.tasks.append(asyncio.create_task(ctx.relay.run(), name=f"{ctx.name}-outbox-relay"))
-        for spec in self.definition.consumers(ctx):
-            runner = ConsumerRunner(ctx.js, spec, ctx.uow, ctx.name, ctx.metrics, ctx.stop)
+        for spec in self.definition.consumers(deps):
+            runner = ConsumerRunner(
+                ctx.js, spec.configured(s.consumer), ctx.uow, ctx.name, ctx.metrics, ctx.stop
+            )
             self.consumers.append(runner)
             self.tasks.append(asyncio.create_task(runner.run(), name=f"{ctx.name}-{spec.name}"))
         for task in self.definition.background:
-            self.tasks.append(asyncio.create_task(task(ctx), name=f"{ctx.name}-{task.__name__}"))
+            self.tasks.append(asyncio.create_task(task(deps), name=f"{ctx.name}-{task.__name__}"))
+        self.tasks.append(asyncio.create_task(self._retain(), name=f"{ctx.name}-retention"))
+
+    async def purge(self) -> dict[str, int]:
+        """Delete what the retention rules no longer keep, as of `self.clock()`."""
+        return await purge(self.ctx.sessions, self.retention_rules, self.clock())
+
+    async def _retain(self) -> None:
+        interval = self.ctx.settings.retention.interval_s
+        while not await wait_any(self.ctx.stop, timeout=interval):
+            try:
+                deleted = await self.purge()
+                if any(deleted.values()):
+                    log.info("retention", extra={"deleted": deleted})
+            except Exception as exc:  # the database may be restarting; the next round tries again
+                log.warning("retention failed", extra={"error": repr(exc)})
 
     async def stop(self) -> None:
         self.ctx.stop.set()
@@ -193,8 +227,8 @@ class RunningService:
         return problems
 
 
-def create_app(definition: ServiceDefinition, settings: ServiceSettings) -> FastAPI:
-    holder: dict[str, RunningService] = {}
+def create_app(definition: ServiceDefinition[Any], settings: ServiceSettings) -> FastAPI:
+    holder: dict[str, RunningService[Any]] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -203,6 +237,7 @@ def create_app(definition: ServiceDefinition, settings: ServiceSettings) -> Fast
         await service.start()
         holder["service"] = service
         app.state.ctx = ctx
+        app.state.deps = service.deps
         log.info("service started", extra={"http_port": settings.http_port})
         try:
             yield
@@ -232,10 +267,12 @@ def create_app(definition: ServiceDefinition, settings: ServiceSettings) -> Fast
 
     for router in definition.routers:
         app.include_router(router)
+    if definition.configure_app is not None:
+        definition.configure_app(app)
     return app
 
 
-def serve(definition: ServiceDefinition, settings: ServiceSettings) -> None:
+def serve(definition: ServiceDefinition[Any], settings: ServiceSettings) -> None:
     """Run the service until SIGTERM or SIGINT."""
     import uvicorn
 

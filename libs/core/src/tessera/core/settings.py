@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr
+from typing import Any, Self
+
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tessera.core.messaging.streams import StreamLimits
@@ -26,8 +28,24 @@ class ConsumerSettings(BaseModel):
     backoff_max_s: float = Field(30.0, gt=0)
 
 
+class RetentionSettings(BaseModel):
+    """How long handled-message records are kept; services add their own tables (raw samples, say)."""
+
+    interval_s: float = Field(60.0, gt=0, description="how often old rows are deleted")
+    inbox_s: float = Field(
+        900.0, gt=0, description="inbox rows older than this are deleted; must exceed the duplicate window"
+    )
+
+
 class ServiceSettings(BaseSettings):
-    """Subclasses set `model_config` with `env_prefix="TESSERA_<SERVICE>_"`."""
+    """A service's settings subclass this with two lines:
+
+    ```
+    class CheckpointSettings(ServiceSettings):
+        model_config = service_config("checkpoint")
+        http_port: int = http_port(8085)
+    ```
+    """
 
     model_config = SettingsConfigDict(
         env_prefix="TESSERA_", env_nested_delimiter="__", extra="ignore", populate_by_name=True
@@ -46,3 +64,29 @@ class ServiceSettings(BaseSettings):
     consumer: ConsumerSettings = ConsumerSettings()
     outbox_poll_s: float = Field(0.5, gt=0)
     shutdown_grace_s: float = Field(10.0, gt=0)
+    retention: RetentionSettings = RetentionSettings()
+
+    @model_validator(mode="after")
+    def _inbox_outlives_duplicate_window(self) -> Self:
+        # A redelivery or a republish inside the window must still find its inbox row.
+        if self.retention.inbox_s <= self.stream.duplicate_window_s:
+            raise ValueError(
+                f"retention.inbox_s ({self.retention.inbox_s:g}) must exceed "
+                f"stream.duplicate_window_s ({self.stream.duplicate_window_s:g})"
+            )
+        return self
+
+
+def service_config(service: str) -> SettingsConfigDict:
+    """Settings of `service` come from `TESSERA_<SERVICE>_*`, nested groups split by `__`."""
+    return SettingsConfigDict(
+        env_prefix=f"TESSERA_{service.upper()}_",
+        env_nested_delimiter="__",
+        extra="ignore",
+        populate_by_name=True,
+    )
+
+
+def http_port(default: int) -> Any:
+    """The service's default HTTP port, with the range check every service keeps."""
+    return Field(default, ge=0, le=65535)

@@ -35,7 +35,9 @@ def settings_for(cls: type[S], nats_url: str, database_url: str, **overrides: An
 
 
 @asynccontextmanager
-async def running(definition: ServiceDefinition, settings: ServiceSettings) -> AsyncIterator[RunningService]:
+async def running(
+    definition: ServiceDefinition[Any], settings: ServiceSettings
+) -> AsyncIterator[RunningService[Any]]:
     ctx = await start_context(definition, settings)
     service = RunningService(definition, ctx)
     await service.start()

@@ -6,9 +6,8 @@ from enum import StrEnum
 from functools import lru_cache
 
 from pydantic import Field, SecretStr
-from pydantic_settings import SettingsConfigDict
 
-from tessera.core.settings import ServiceSettings
+from tessera.core.settings import ServiceSettings, http_port, service_config
 
 
 class AuthMode(StrEnum):
@@ -19,15 +18,14 @@ class AuthMode(StrEnum):
 
 
 class AdmissionSettings(ServiceSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="TESSERA_ADMISSION_", env_nested_delimiter="__", extra="ignore"
-    )
+    model_config = service_config("admission")
 
-    http_port: int = 8080
+    http_port: int = http_port(8080)
     cycle_interval_s: float = Field(0.2, gt=0, description="seconds between checks for changes when idle")
     full_cycle_interval_s: float = Field(10.0, gt=0, description="a cycle runs at least this often")
     auth: AuthMode = Field(
-        AuthMode.DISABLED, description="`required` in production: bearer tokens per tenant"
+        AuthMode.REQUIRED,
+        description="`required` (the default): bearer tokens per tenant; `disabled` only for a local stack",
     )
     admin_token: SecretStr | None = Field(None, description="the admin bearer token (when auth is required)")
 

@@ -4,24 +4,26 @@ from __future__ import annotations
 
 from tessera.checkpoint.adapters import orm
 from tessera.checkpoint.config import CheckpointSettings, get_settings
+from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import ConsumerSpec
 from tessera.core.recorder import recording_handler
-from tessera.core.runner import ServiceContext, ServiceDefinition, serve
+from tessera.core.runner import ServiceContext, ServiceDefinition, context_only, serve
 
 
-def consumers(ctx: ServiceContext) -> list[ConsumerSpec]:
-    c = ctx.settings.consumer
+def consumers(ctx: ServiceContext) -> list[ConsumerSpec[UnitOfWork]]:
     record = recording_handler(orm.observed_events)
     return [
-        ConsumerSpec.configured(
-            "checkpoint-placements", "scheduler", "tessera.scheduler.evt.gang_placed", record, c
-        ),
+        ConsumerSpec("checkpoint-placements", "scheduler", "tessera.scheduler.evt.gang_placed", record),
     ]
 
 
-def build(settings: CheckpointSettings) -> ServiceDefinition:
+def build(settings: CheckpointSettings) -> ServiceDefinition[ServiceContext]:
     return ServiceDefinition(
-        name="checkpoint", metadata=orm.metadata, outbox=orm.outbox, inbox=orm.inbox, consumers=consumers
+        name="checkpoint",
+        outbox=orm.outbox,
+        inbox=orm.inbox,
+        dependencies=context_only,
+        consumers=consumers,
     )
 
 

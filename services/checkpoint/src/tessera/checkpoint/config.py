@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic_settings import SettingsConfigDict
-
-from tessera.core.settings import ServiceSettings
+from tessera.core.settings import ServiceSettings, http_port, service_config
 
 
 class CheckpointSettings(ServiceSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="TESSERA_CHECKPOINT_", env_nested_delimiter="__", extra="ignore"
-    )
+    model_config = service_config("checkpoint")
 
-    http_port: int = 8085
+    http_port: int = http_port(8085)
 
 
 @lru_cache

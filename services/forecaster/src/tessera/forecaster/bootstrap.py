@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import ConsumerSpec
 from tessera.core.recorder import recording_handler
-from tessera.core.runner import ServiceContext, ServiceDefinition, serve
+from tessera.core.runner import ServiceContext, ServiceDefinition, context_only, serve
 from tessera.forecaster.adapters import orm
 from tessera.forecaster.config import ForecasterSettings, get_settings
 
 
-def consumers(ctx: ServiceContext) -> list[ConsumerSpec]:
-    c = ctx.settings.consumer
+def consumers(ctx: ServiceContext) -> list[ConsumerSpec[UnitOfWork]]:
     record = recording_handler(orm.observed_events)
     return [
-        ConsumerSpec.configured("forecaster-gpu-samples", "telemetry", "tessera.telemetry.gpu.*", record, c),
+        ConsumerSpec("forecaster-gpu-samples", "telemetry", "tessera.telemetry.gpu.*", record),
     ]
 
 
-def build(settings: ForecasterSettings) -> ServiceDefinition:
+def build(settings: ForecasterSettings) -> ServiceDefinition[ServiceContext]:
     return ServiceDefinition(
-        name="forecaster", metadata=orm.metadata, outbox=orm.outbox, inbox=orm.inbox, consumers=consumers
+        name="forecaster",
+        outbox=orm.outbox,
+        inbox=orm.inbox,
+        dependencies=context_only,
+        consumers=consumers,
     )
 
 

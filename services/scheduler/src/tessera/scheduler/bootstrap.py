@@ -2,67 +2,74 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from kubernetes.client import ApiClient
+
+from tessera.cluster.kube import KubernetesCluster, api_client
 from tessera.contracts import subjects
+from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import ConsumerSpec
 from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 from tessera.scheduler.adapters import orm
+from tessera.scheduler.adapters.kube import JobMaterializer
 from tessera.scheduler.config import SchedulerSettings, get_settings
-from tessera.scheduler.entrypoints.loop import ENGINE, ClusterFactory, engine_of, scheduling_loop_on
+from tessera.scheduler.entrypoints.loop import scheduling_loop
+from tessera.scheduler.service_layer import handlers
+from tessera.scheduler.service_layer.dependencies import ClusterConnection, SchedulerDeps
 from tessera.scheduler.service_layer.engine import SchedulingEngine
-from tessera.scheduler.service_layer.handlers import (
-    gpu_unhealthy_handler,
-    inventory_changed_handler,
-    job_admitted_handler,
-    job_finished_handler,
-    preemption_requested_handler,
-)
+from tessera.scheduler.service_layer.rebuild import ClusterSide
+
+# Turns the API client into the `Cluster` port; tests wrap the adapter to inject failures.
+ClusterFactory = Callable[[ApiClient], KubernetesCluster]
 
 
-async def on_start(ctx: ServiceContext) -> None:
-    settings = ctx.settings
-    assert isinstance(settings, SchedulerSettings)
-    ctx.extras[ENGINE] = SchedulingEngine(ctx.uow, settings)
-
-
-def consumers(ctx: ServiceContext) -> list[ConsumerSpec]:
-    c = ctx.settings.consumer
-    engine = engine_of(ctx)
+def consumers(deps: SchedulerDeps) -> list[ConsumerSpec[UnitOfWork]]:
+    engine, evt = deps.engine, "telemetry"
     return [
-        ConsumerSpec.configured(
-            "scheduler-admitted", "admission", subjects.JOB_ADMITTED, job_admitted_handler(engine), c
+        ConsumerSpec(
+            "scheduler-admitted", "admission", subjects.JOB_ADMITTED, handlers.job_admitted_handler(engine)
         ),
-        ConsumerSpec.configured(
-            "scheduler-inventory",
-            "telemetry",
-            subjects.INVENTORY_CHANGED,
-            inventory_changed_handler(engine),
-            c,
+        ConsumerSpec(
+            "scheduler-inventory", evt, subjects.INVENTORY_CHANGED, handlers.inventory_changed_handler(engine)
         ),
-        ConsumerSpec.configured(
-            "scheduler-gpu-health", "telemetry", subjects.GPU_UNHEALTHY, gpu_unhealthy_handler(engine), c
+        ConsumerSpec(
+            "scheduler-gpu-health", evt, subjects.GPU_UNHEALTHY, handlers.gpu_unhealthy_handler(engine)
         ),
-        ConsumerSpec.configured(
+        ConsumerSpec(
             "scheduler-preemption",
             "admission",
             subjects.PREEMPTION_REQUESTED,
-            preemption_requested_handler(engine),
-            c,
+            handlers.preemption_requested_handler(engine),
         ),
-        ConsumerSpec.configured(
-            "scheduler-job-finished", "admission", subjects.JOB_FINISHED, job_finished_handler(engine), c
+        ConsumerSpec(
+            "scheduler-job-finished",
+            "admission",
+            subjects.JOB_FINISHED,
+            handlers.job_finished_handler(engine),
         ),
     ]
 
 
-def build(settings: SchedulerSettings, *, cluster_factory: ClusterFactory | None = None) -> ServiceDefinition:
+def build(
+    settings: SchedulerSettings, *, cluster_factory: ClusterFactory | None = None
+) -> ServiceDefinition[SchedulerDeps]:
+    async def dependencies(ctx: ServiceContext) -> SchedulerDeps:
+        engine = SchedulingEngine(ctx.uow, settings)
+        if settings.kubeconfig is None:
+            return SchedulerDeps(ctx, engine)  # inventory mode: places on what telemetry reports
+        api = api_client(kubeconfig=str(settings.kubeconfig))
+        cluster = (cluster_factory or KubernetesCluster)(api)
+        side = ClusterSide(cluster, JobMaterializer(api), engine.on_watch)
+        return SchedulerDeps(ctx, engine, ClusterConnection(cluster, side))
+
     return ServiceDefinition(
         name="scheduler",
-        metadata=orm.metadata,
         outbox=orm.outbox,
         inbox=orm.inbox,
+        dependencies=dependencies,
         consumers=consumers,
-        background=[scheduling_loop_on(cluster_factory)],
-        on_start=on_start,
+        background=[scheduling_loop],
     )
 
 

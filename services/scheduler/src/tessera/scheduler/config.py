@@ -11,9 +11,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from pydantic import AliasChoices, BaseModel, Field
-from pydantic_settings import SettingsConfigDict
 
-from tessera.core.settings import ServiceSettings
+from tessera.core.settings import ServiceSettings, http_port, service_config
 
 
 class GangSettings(BaseModel):
@@ -26,11 +25,9 @@ class GangSettings(BaseModel):
 
 
 class SchedulerSettings(ServiceSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="TESSERA_SCHEDULER_", env_nested_delimiter="__", extra="ignore", populate_by_name=True
-    )
+    model_config = service_config("scheduler")
 
-    http_port: int = 8083
+    http_port: int = http_port(8083)
     kubeconfig: Path | None = Field(
         None,
         validation_alias=AliasChoices("TESSERA_SCHEDULER_KUBECONFIG", "TESSERA_KUBECONFIG", "kubeconfig"),

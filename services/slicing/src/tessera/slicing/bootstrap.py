@@ -2,29 +2,29 @@
 
 from __future__ import annotations
 
+from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import ConsumerSpec
 from tessera.core.recorder import recording_handler
-from tessera.core.runner import ServiceContext, ServiceDefinition, serve
+from tessera.core.runner import ServiceContext, ServiceDefinition, context_only, serve
 from tessera.slicing.adapters import orm
 from tessera.slicing.config import SlicingSettings, get_settings
 
 
-def consumers(ctx: ServiceContext) -> list[ConsumerSpec]:
-    c = ctx.settings.consumer
+def consumers(ctx: ServiceContext) -> list[ConsumerSpec[UnitOfWork]]:
     record = recording_handler(orm.observed_events)
     return [
-        ConsumerSpec.configured(
-            "slicing-scheduler-events", "scheduler", "tessera.scheduler.evt.>", record, c
-        ),
-        ConsumerSpec.configured(
-            "slicing-inventory", "telemetry", "tessera.telemetry.evt.inventory_changed", record, c
-        ),
+        ConsumerSpec("slicing-scheduler-events", "scheduler", "tessera.scheduler.evt.>", record),
+        ConsumerSpec("slicing-inventory", "telemetry", "tessera.telemetry.evt.inventory_changed", record),
     ]
 
 
-def build(settings: SlicingSettings) -> ServiceDefinition:
+def build(settings: SlicingSettings) -> ServiceDefinition[ServiceContext]:
     return ServiceDefinition(
-        name="slicing", metadata=orm.metadata, outbox=orm.outbox, inbox=orm.inbox, consumers=consumers
+        name="slicing",
+        outbox=orm.outbox,
+        inbox=orm.inbox,
+        dependencies=context_only,
+        consumers=consumers,
     )
 
 

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic_settings import SettingsConfigDict
-
-from tessera.core.settings import ServiceSettings
+from tessera.core.settings import ServiceSettings, http_port, service_config
 
 
 class SlicingSettings(ServiceSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="TESSERA_SLICING_", env_nested_delimiter="__", extra="ignore"
-    )
+    model_config = service_config("slicing")
 
-    http_port: int = 8084
+    http_port: int = http_port(8084)
 
 
 @lru_cache

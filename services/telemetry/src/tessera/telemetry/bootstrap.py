@@ -43,9 +43,10 @@ def make_monitor(settings: TelemetrySettings) -> Monitor:
     )
 
 
-def build(settings: TelemetrySettings, source: GpuSource | None = None) -> ServiceDefinition:
-    async def on_start(ctx: ServiceContext) -> None:
-        ctx.extras["telemetry"] = Telemetry(
+def build(settings: TelemetrySettings, source: GpuSource | None = None) -> ServiceDefinition[Telemetry]:
+    async def dependencies(ctx: ServiceContext) -> Telemetry:
+        return Telemetry(
+            ctx=ctx,
             source=source or make_source(settings),
             monitor=make_monitor(settings),
             sample_interval_s=settings.sample_interval_s,
@@ -56,11 +57,10 @@ def build(settings: TelemetrySettings, source: GpuSource | None = None) -> Servi
 
     return ServiceDefinition(
         name="telemetry",
-        metadata=orm.metadata,
         outbox=orm.outbox,
         inbox=orm.inbox,
+        dependencies=dependencies,
         background=[announce_inventory, sample],
-        on_start=on_start,
     )
 
 

@@ -7,9 +7,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, Field, model_validator
-from pydantic_settings import SettingsConfigDict
 
-from tessera.core.settings import ServiceSettings, StreamSettings
+from tessera.core.settings import ServiceSettings, StreamSettings, http_port, service_config
 
 
 class SourceKind(StrEnum):
@@ -35,11 +34,9 @@ class IdleSettings(BaseModel):
 
 
 class TelemetrySettings(ServiceSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="TESSERA_TELEMETRY_", env_nested_delimiter="__", extra="ignore"
-    )
+    model_config = service_config("telemetry")
 
-    http_port: int = 8081
+    http_port: int = http_port(8081)
     source: SourceKind = Field(
         SourceKind.AUTO,
         description="auto: devcluster when devcluster_url is set, else cluster-file when cluster_file "

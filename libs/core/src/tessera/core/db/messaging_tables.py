@@ -47,3 +47,21 @@ def inbox_table(metadata: MetaData) -> Table:
 
 def add_messaging_tables(metadata: MetaData) -> tuple[Table, Table]:
     return outbox_table(metadata), inbox_table(metadata)
+
+
+def create_messaging_tables(schema: str) -> None:
+    """In an Alembic migration: create the outbox and inbox of `schema` (with their indexes)."""
+    from alembic import op
+
+    metadata = MetaData(schema=schema)
+    add_messaging_tables(metadata)
+    metadata.create_all(op.get_bind())
+
+
+def drop_messaging_tables(schema: str) -> None:
+    """In an Alembic downgrade: drop what `create_messaging_tables` created."""
+    from alembic import op
+
+    metadata = MetaData(schema=schema)
+    add_messaging_tables(metadata)
+    metadata.drop_all(op.get_bind())

@@ -7,7 +7,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -25,7 +26,8 @@ from tessera.core.settings import ConsumerSettings
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Envelope, UnitOfWork], Awaitable[None]]
+UowT = TypeVar("UowT", bound=UnitOfWork)
+Handler = Callable[[Envelope, UowT], Awaitable[None]]
 
 
 class PermanentError(Exception):
@@ -33,41 +35,53 @@ class PermanentError(Exception):
 
 
 @dataclass(frozen=True)
-class ConsumerSpec:
+class ConsumerSpec(Generic[UowT]):
+    """A durable consumer: what it reads and which handler takes each message.
+
+    Delivery settings (`max_deliver`, `ack_wait_s`, `batch`, backoff) come from the service's
+    `consumer` settings, applied by the runner; `settings` overrides them for this consumer alone."""
+
     name: str
     stream_owner: str
     filter_subject: str
-    handler: Handler
-    max_deliver: int = 5
-    ack_wait_s: float = 30.0
-    batch: int = 64
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 30.0
+    handler: Handler[UowT]
+    settings: ConsumerSettings | None = None
     linger_s: float = 0.01
 
-    @classmethod
-    def configured(
-        cls, name: str, stream_owner: str, filter_subject: str, handler: Handler, settings: ConsumerSettings
-    ) -> ConsumerSpec:
-        return cls(
-            name,
-            stream_owner,
-            filter_subject,
-            handler,
-            settings.max_deliver,
-            settings.ack_wait_s,
-            settings.batch,
-            settings.backoff_base_s,
-            settings.backoff_max_s,
-        )
+    def configured(self, defaults: ConsumerSettings) -> ConsumerSpec[UowT]:
+        return self if self.settings is not None else replace(self, settings=defaults)
+
+    @property
+    def delivery(self) -> ConsumerSettings:
+        return self.settings if self.settings is not None else ConsumerSettings()
+
+    @property
+    def max_deliver(self) -> int:
+        return self.delivery.max_deliver
+
+    @property
+    def ack_wait_s(self) -> float:
+        return self.delivery.ack_wait_s
+
+    @property
+    def batch(self) -> int:
+        return self.delivery.batch
+
+    @property
+    def backoff_base_s(self) -> float:
+        return self.delivery.backoff_base_s
+
+    @property
+    def backoff_max_s(self) -> float:
+        return self.delivery.backoff_max_s
 
 
-class ConsumerRunner:
+class ConsumerRunner(Generic[UowT]):
     def __init__(
         self,
         js: JetStreamContext,
-        spec: ConsumerSpec,
-        uow_factory: Callable[[], UnitOfWork],
+        spec: ConsumerSpec[UowT],
+        uow_factory: Callable[[], UowT],
         service: str,
         metrics: Metrics,
         stop: asyncio.Event,
@@ -177,7 +191,7 @@ class ConsumerRunner:
         for _ in decoded:
             self.metrics.handle_seconds.labels(self.spec.name).observe(elapsed)
 
-    async def _handle_one(self, uow: UnitOfWork, envelope: Envelope) -> str | BaseException:
+    async def _handle_one(self, uow: UowT, envelope: Envelope) -> str | BaseException:
         job_token = job_id_var.set(envelope.subject)
         try:
             with span_from_headers(
@@ -193,8 +207,10 @@ class ConsumerRunner:
                             outcome = "duplicate"
                         else:
                             await self.spec.handler(envelope, uow)
+                            await uow.flush_events()
                             outcome = "handled"
                 except Exception as exc:
+                    uow.forget_events()
                     span.record_exception(exc)
                     return exc
                 span.set_attribute("outcome", outcome)

@@ -12,8 +12,7 @@ from pydantic import BaseModel
 from tessera.admission.adapters.repository import JobRepository
 from tessera.admission.domain.model import InvalidTransition, Job, JobState
 from tessera.admission.domain.queueing import QueueingValidationError
-from tessera.admission.entrypoints.auth import Caller, ctx_of
-from tessera.admission.entrypoints.cycle import wake_cycle
+from tessera.admission.entrypoints.auth import Caller, ctx_of, deps_of
 from tessera.admission.entrypoints.errors import ERRORS, ApiError, ErrorBody
 from tessera.admission.service_layer.handlers import (
     OUTCOMES,
@@ -97,7 +96,7 @@ async def create_job(
             errors=result.errors,
         )
         return JSONResponse(body.model_dump(mode="json"), status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
-    wake_cycle(ctx)
+    deps_of(request).wake_cycle()
     return Submitted(id=result.job_id, state=result.state)
 
 
@@ -150,7 +149,7 @@ async def cancel(request: Request, caller: Caller, job_id: str) -> JobOut:
         raise ApiError(
             409, "conflict", f"job {job_id} is {exc.current}: it cannot be cancelled", "state"
         ) from None
-    wake_cycle(ctx)
+    deps_of(request).wake_cycle()
     return _out(job)
 
 
@@ -173,5 +172,5 @@ async def outcome(request: Request, caller: Caller, job_id: str, body: OutcomeIn
         raise ApiError(
             409, "conflict", f"job {job_id} is {current.state}: cannot become {body.state}", "state"
         )
-    wake_cycle(ctx)
+    deps_of(request).wake_cycle()
     return _out(job)

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
-from pydantic import SecretStr
 from sqlalchemy import select
 
 from tessera.admission.adapters.orm import tokens
 from tessera.admission.config import AuthMode
 from tessera.admission.entrypoints.errors import ApiError
+from tessera.admission.service_layer.dependencies import AdmissionDeps
 from tessera.core.runner import ServiceContext
 
 
@@ -46,21 +46,26 @@ def new_token() -> str:
     return "tsr_" + secrets.token_urlsafe(32)
 
 
+def deps_of(request: Request) -> AdmissionDeps:
+    deps: AdmissionDeps = request.app.state.deps
+    return deps
+
+
 def ctx_of(request: Request) -> ServiceContext:
-    ctx: ServiceContext = request.app.state.ctx
-    return ctx
+    return deps_of(request).ctx
 
 
 async def principal(request: Request) -> Principal:
-    ctx = ctx_of(request)
-    if ctx.extras.get("auth", AuthMode.DISABLED) is not AuthMode.REQUIRED:
+    deps = deps_of(request)
+    ctx = deps.ctx
+    if deps.auth is AuthMode.DISABLED:  # only when configured so; every other mode needs a token
         return ADMIN
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "unauthorized", "send `Authorization: Bearer <token>`", "Authorization")
-    admin = ctx.extras.get("admin_token")
-    if isinstance(admin, SecretStr) and hmac.compare_digest(admin.get_secret_value(), token):
+    admin = deps.admin_token
+    if admin is not None and hmac.compare_digest(admin.get_secret_value(), token):
         return ADMIN
     async with ctx.engine.connect() as conn:
         row = (

@@ -24,8 +24,7 @@ from tessera.admission.domain.documents import (
     TenantQueueDoc,
 )
 from tessera.admission.domain.queueing import QueueingValidationError
-from tessera.admission.entrypoints.auth import Caller, ctx_of, hash_token, new_token
-from tessera.admission.entrypoints.cycle import wake_cycle
+from tessera.admission.entrypoints.auth import Caller, ctx_of, deps_of, hash_token, new_token
 from tessera.admission.entrypoints.errors import ERRORS, ApiError, not_found
 from tessera.admission.entrypoints.queue_status import QueueStatus, queue_status
 from tessera.admission.service_layer.handlers import hold_cycle_off
@@ -46,7 +45,7 @@ async def _write(request: Request, change: Callable[[StoredConfig], StoredConfig
             raise ApiError(422, "invalid_config", f"{exc.field}: {exc.reason}", exc.field) from None
         await repo.save(before, after)
         await uow.commit()
-    wake_cycle(ctx)
+    deps_of(request).wake_cycle()
     return after
 
 

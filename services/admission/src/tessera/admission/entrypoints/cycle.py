@@ -6,8 +6,6 @@ consumers), runs when a preemption deadline is due, and at least every `full_cyc
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from datetime import UTC, datetime
@@ -15,16 +13,16 @@ from datetime import UTC, datetime
 from sqlalchemy import text
 
 from tessera.admission.service_layer.cycle import run_cycle
+from tessera.admission.service_layer.dependencies import AdmissionDeps
 from tessera.core import faults
 from tessera.core.runner import ServiceContext
+from tessera.core.waits import wait_any
 
 log = logging.getLogger(__name__)
 
 
-def wake_cycle(ctx: ServiceContext) -> None:
-    event = ctx.extras.get("cycle_wake")
-    if isinstance(event, asyncio.Event):
-        event.set()
+def wake_cycle(deps: AdmissionDeps) -> None:
+    deps.wake_cycle()
 
 
 async def _change_mark(ctx: ServiceContext) -> int:
@@ -32,11 +30,11 @@ async def _change_mark(ctx: ServiceContext) -> int:
         return int((await conn.execute(text("SELECT last_value FROM admission.change_seq"))).scalar_one())
 
 
-async def admission_cycle(ctx: ServiceContext) -> None:
-    interval = float(ctx.extras.get("cycle_interval_s", 0.2))
-    full_every = float(ctx.extras.get("full_cycle_interval_s", 10.0))
-    wake = ctx.extras.setdefault("cycle_wake", asyncio.Event())
-    assert isinstance(wake, asyncio.Event)
+async def admission_cycle(deps: AdmissionDeps) -> None:
+    ctx = deps.ctx
+    interval = deps.cycle_interval_s
+    full_every = deps.full_cycle_interval_s
+    wake = deps.cycle_wake
     last_mark: int | None = None
     last_full = 0.0
     next_deadline: datetime | None = None
@@ -58,14 +56,4 @@ async def admission_cycle(ctx: ServiceContext) -> None:
                     continue  # what was admitted may let more in (released victims, placements)
         except Exception:
             log.exception("admission cycle failed")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(_either(ctx.stop, wake), timeout=interval)
-
-
-async def _either(a: asyncio.Event, b: asyncio.Event) -> None:
-    tasks = [asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()
+        await wait_any(ctx.stop, wake, timeout=interval)

@@ -1,59 +1,30 @@
-"""The scheduling loop as the service's background task; with a kubeconfig, on the cluster."""
+"""The scheduling loop as the service's background task; with a cluster, it watches it first."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
-from kubernetes.client import ApiClient
-
-from tessera.cluster.kube import KubernetesCluster, api_client
-from tessera.core.runner import BackgroundTask, ServiceContext
-from tessera.scheduler.adapters.kube import JobMaterializer
-from tessera.scheduler.service_layer.engine import SchedulingEngine
-from tessera.scheduler.service_layer.rebuild import ClusterSide
+from tessera.scheduler.service_layer.dependencies import SchedulerDeps
 
 log = logging.getLogger(__name__)
 
-ENGINE = "engine"
 
-# Turns the API client into the `Cluster` port; tests wrap the adapter to inject failures.
-ClusterFactory = Callable[[ApiClient], KubernetesCluster]
-
-
-def engine_of(ctx: ServiceContext) -> SchedulingEngine:
-    engine = ctx.extras[ENGINE]
-    assert isinstance(engine, SchedulingEngine)
-    return engine
-
-
-def scheduling_loop_on(cluster_factory: ClusterFactory | None = None) -> BackgroundTask:
-    """The scheduling loop; with a kubeconfig it watches the cluster and binds on it."""
-
-    async def scheduling_loop(ctx: ServiceContext) -> None:
-        engine = engine_of(ctx)
-        settings = engine.settings
-        if settings.kubeconfig is None:
-            await engine.run(ctx.stop)
-            return
-        api = api_client(kubeconfig=str(settings.kubeconfig))
-        cluster = (cluster_factory or KubernetesCluster)(api)
-        side = ClusterSide(cluster, JobMaterializer(api), engine.on_watch)
-        engine.cluster = side
-        try:
-            while not ctx.stop.is_set():
-                try:
-                    await side.start(timeout=settings.cluster_sync_timeout_s)
-                    break
-                except TimeoutError:
-                    log.warning(
-                        "the cluster has not answered every list yet; still trying",
-                        extra={"kubeconfig": str(settings.kubeconfig)},
-                    )
-            log.info("watching the cluster", extra={"kubeconfig": str(settings.kubeconfig)})
-            await engine.run(ctx.stop)
-        finally:
-            await side.stop()
-            await cluster.close()
-
-    return scheduling_loop
+async def scheduling_loop(deps: SchedulerDeps) -> None:
+    """Run the engine until stop; with a cluster, wait for its first lists and watch it meanwhile."""
+    engine, stop, connection = deps.engine, deps.ctx.stop, deps.cluster
+    if connection is None:
+        await engine.run(stop)
+        return
+    engine.cluster = connection.side
+    try:
+        while not stop.is_set():
+            try:
+                await connection.side.start(timeout=engine.settings.cluster_sync_timeout_s)
+                break
+            except TimeoutError:
+                log.warning("the cluster has not answered every list yet; still trying")
+        log.info("watching the cluster")
+        await engine.run(stop)
+    finally:
+        await connection.side.stop()
+        await connection.cluster.close()

@@ -21,7 +21,7 @@ from tessera.scheduler.adapters.repository import SchedulerRepository, after_com
 from tessera.scheduler.service_layer.engine import SchedulingEngine
 
 
-def job_admitted_handler(engine: SchedulingEngine) -> Handler:
+def job_admitted_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
     async def handle_job_admitted(envelope: Envelope, uow: UnitOfWork) -> None:
         event = envelope.parse()
         if not isinstance(event, JobAdmitted):
@@ -37,7 +37,7 @@ def job_admitted_handler(engine: SchedulingEngine) -> Handler:
     return handle_job_admitted
 
 
-def inventory_changed_handler(engine: SchedulingEngine) -> Handler:
+def inventory_changed_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
     async def handle_inventory_changed(envelope: Envelope, uow: UnitOfWork) -> None:
         event = envelope.parse()
         if not isinstance(event, InventoryChanged):
@@ -49,7 +49,7 @@ def inventory_changed_handler(engine: SchedulingEngine) -> Handler:
     return handle_inventory_changed
 
 
-def gpu_unhealthy_handler(engine: SchedulingEngine) -> Handler:
+def gpu_unhealthy_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
     """A GPU went bad: new pods avoid it (its pods stay; telemetry and operators decide about them)."""
 
     async def handle_gpu_unhealthy(envelope: Envelope, uow: UnitOfWork) -> None:
@@ -63,7 +63,7 @@ def gpu_unhealthy_handler(engine: SchedulingEngine) -> Handler:
     return handle_gpu_unhealthy
 
 
-def preemption_requested_handler(engine: SchedulingEngine) -> Handler:
+def preemption_requested_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
     """Admission wants a victim's quota back: the loop evicts it when the request is due."""
 
     async def handle_preemption_requested(envelope: Envelope, uow: UnitOfWork) -> None:
@@ -76,7 +76,7 @@ def preemption_requested_handler(engine: SchedulingEngine) -> Handler:
     return handle_preemption_requested
 
 
-def job_finished_handler(engine: SchedulingEngine) -> Handler:
+def job_finished_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
     """The job left admission for good: the loop lets go of whatever it holds or waits for."""
 
     async def handle_job_finished(envelope: Envelope, uow: UnitOfWork) -> None:

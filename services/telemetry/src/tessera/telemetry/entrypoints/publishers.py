@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from tessera.contracts.events import GpuSample
 from tessera.core.messaging.envelope import encode
 from tessera.core.runner import ServiceContext
+from tessera.core.waits import wait_any
 from tessera.telemetry.domain.model import GpuSource, Reading, SourceUnavailable, with_health
 from tessera.telemetry.domain.monitor import Monitor
 from tessera.telemetry.service_layer.handlers import sync_inventory
@@ -21,8 +22,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Telemetry:
-    """What the background tasks share (held in ``ctx.extras["telemetry"]``)."""
+    """The service's dependencies: what the background tasks share, built in `bootstrap.py`."""
 
+    ctx: ServiceContext
     source: GpuSource
     monitor: Monitor
     sample_interval_s: float
@@ -34,26 +36,8 @@ class Telemetry:
     restored: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-def _telemetry(ctx: ServiceContext) -> Telemetry:
-    telemetry: Telemetry = ctx.extras["telemetry"]
-    return telemetry
-
-
-async def _sleep(ctx: ServiceContext, seconds: float, wake: asyncio.Event | None = None) -> None:
-    waits = [asyncio.ensure_future(ctx.stop.wait())]
-    if wake is not None:
-        waits.append(asyncio.ensure_future(wake.wait()))
-    try:
-        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await w
-
-
-async def announce_inventory(ctx: ServiceContext) -> None:
-    t = _telemetry(ctx)
+async def announce_inventory(t: Telemetry) -> None:
+    ctx = t.ctx
     republish = timedelta(seconds=t.inventory_republish_s)
     await t.restored.wait()
     while not ctx.stop.is_set():
@@ -66,12 +50,12 @@ async def announce_inventory(ctx: ServiceContext) -> None:
                 await uow.commit()
         except Exception:
             log.exception("inventory announcement failed")
-        await _sleep(ctx, t.inventory_interval_s, t.inventory_due)
+        await wait_any(ctx.stop, t.inventory_due, timeout=t.inventory_interval_s)
 
 
-async def sample(ctx: ServiceContext) -> None:
+async def sample(t: Telemetry) -> None:
     """Read every GPU each interval: publish the samples, then store rollups and findings."""
-    t = _telemetry(ctx)
+    ctx = t.ctx
     await _restore(ctx, t)
     try:
         await _sample_until_stopped(ctx, t)
@@ -101,7 +85,7 @@ async def _sample_until_stopped(ctx: ServiceContext, t: Telemetry) -> None:
                 async with ctx.uow() as uow:
                     await prune_rollups(uow, t.rollup_retention, now)
                     await uow.commit()
-        await _sleep(ctx, t.sample_interval_s)
+        await wait_any(ctx.stop, timeout=t.sample_interval_s)
 
 
 async def _restore(ctx: ServiceContext, t: Telemetry) -> None:
@@ -113,7 +97,7 @@ async def _restore(ctx: ServiceContext, t: Telemetry) -> None:
             break
         except Exception:
             log.exception("restoring open findings failed; retrying")
-            await _sleep(ctx, 1.0)
+            await wait_any(ctx.stop, timeout=1.0)
     t.restored.set()
 
 

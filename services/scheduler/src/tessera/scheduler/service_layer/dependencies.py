@@ -1,0 +1,25 @@
+"""What the scheduler's handlers and loop share, built once in `bootstrap.py`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera.cluster.kube import KubernetesCluster
+from tessera.core.runner import ServiceContext
+from tessera.scheduler.service_layer.engine import SchedulingEngine
+from tessera.scheduler.service_layer.rebuild import ClusterSide
+
+
+@dataclass
+class ClusterConnection:
+    """The cluster the scheduler watches and binds on (none in inventory mode)."""
+
+    cluster: KubernetesCluster
+    side: ClusterSide
+
+
+@dataclass
+class SchedulerDeps:
+    ctx: ServiceContext
+    engine: SchedulingEngine
+    cluster: ClusterConnection | None = None

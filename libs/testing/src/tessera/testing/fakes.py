@@ -18,6 +18,8 @@ from typing import Any, Self
 
 from tessera.contracts.base import Message
 from tessera.core.db.uow import UnitOfWork
+from tessera.core.recording.model import ObservedEvent
+from tessera.core.recording.service_layer import RecordingUnitOfWork
 
 
 class FakeUnitOfWork(UnitOfWork):
@@ -85,3 +87,32 @@ class FakeUnitOfWork(UnitOfWork):
     def events_of(self, kind: type[Message]) -> list[Any]:
         """The committed events of one type."""
         return [m for m in self.outbox if isinstance(m, kind)]
+
+
+class FakeObservedEventRepository:
+    """Observed events in a list, in the order they were added."""
+
+    def __init__(self) -> None:
+        self.events: list[ObservedEvent] = []
+
+    async def add(self, event: ObservedEvent) -> None:
+        self.events.append(event)
+
+
+class FakeRecordingUnitOfWork(FakeUnitOfWork, RecordingUnitOfWork):
+    """A recording service's unit of work in memory; `recorded` holds what committed units recorded.
+    A service's fake adds its own class: `class FakeSlicingUnitOfWork(FakeRecordingUnitOfWork,
+    SlicingUnitOfWork): pass`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.recorded: list[ObservedEvent] = []
+        self._unit = FakeObservedEventRepository()
+
+    def open_repositories(self, session: object) -> None:
+        self.observed = self._unit = FakeObservedEventRepository()
+
+    async def commit(self) -> None:
+        await super().commit()
+        self.recorded.extend(self._unit.events)
+        self._unit.events = []

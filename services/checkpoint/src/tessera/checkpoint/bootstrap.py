@@ -4,26 +4,26 @@ from __future__ import annotations
 
 from tessera.checkpoint.adapters import orm
 from tessera.checkpoint.config import CheckpointSettings, get_settings
-from tessera.core.db.uow import UnitOfWork
+from tessera.checkpoint.service_layer.unit_of_work import CheckpointUnitOfWork
+from tessera.contracts import subjects
 from tessera.core.messaging.consumer import ConsumerSpec
-from tessera.core.recorder import recording_handler
-from tessera.core.runner import ServiceContext, ServiceDefinition, context_only, serve
+from tessera.core.recording.service_layer import record
+from tessera.core.recording.wiring import recording_service
+from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 
 
-def consumers(ctx: ServiceContext) -> list[ConsumerSpec[UnitOfWork]]:
-    record = recording_handler(orm.observed_events)
-    return [
-        ConsumerSpec("checkpoint-placements", "scheduler", "tessera.scheduler.evt.gang_placed", record),
-    ]
+def consumers() -> list[ConsumerSpec[CheckpointUnitOfWork]]:
+    return [ConsumerSpec("checkpoint-placements", "scheduler", subjects.GANG_PLACED, record)]
 
 
 def build(settings: CheckpointSettings) -> ServiceDefinition[ServiceContext]:
-    return ServiceDefinition(
-        name="checkpoint",
+    return recording_service(
+        "checkpoint",
         outbox=orm.outbox,
         inbox=orm.inbox,
-        dependencies=context_only,
-        consumers=consumers,
+        unit_of_work=CheckpointUnitOfWork,
+        consumers=consumers(),
+        observed_retention_h=settings.observed_retention_h,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from tessera.core.recording.wiring import observed_retention_h
 from tessera.core.settings import ServiceSettings, http_port, service_config
 
 
@@ -11,6 +12,8 @@ class CheckpointSettings(ServiceSettings):
     model_config = service_config("checkpoint")
 
     http_port: int = http_port(8085)
+    # few events, kept a week for audits
+    observed_retention_h: float = observed_retention_h(168.0)
 
 
 @lru_cache

@@ -2,28 +2,28 @@
 
 from __future__ import annotations
 
-from tessera.core.db.uow import UnitOfWork
+from tessera.contracts import subjects
 from tessera.core.messaging.consumer import ConsumerSpec
-from tessera.core.recorder import recording_handler
-from tessera.core.runner import ServiceContext, ServiceDefinition, context_only, serve
+from tessera.core.recording.service_layer import record
+from tessera.core.recording.wiring import recording_service
+from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 from tessera.forecaster.adapters import orm
 from tessera.forecaster.config import ForecasterSettings, get_settings
+from tessera.forecaster.service_layer.unit_of_work import ForecasterUnitOfWork
 
 
-def consumers(ctx: ServiceContext) -> list[ConsumerSpec[UnitOfWork]]:
-    record = recording_handler(orm.observed_events)
-    return [
-        ConsumerSpec("forecaster-gpu-samples", "telemetry", "tessera.telemetry.gpu.*", record),
-    ]
+def consumers() -> list[ConsumerSpec[ForecasterUnitOfWork]]:
+    return [ConsumerSpec("forecaster-gpu-samples", "telemetry", subjects.ALL_GPU_SAMPLES, record)]
 
 
 def build(settings: ForecasterSettings) -> ServiceDefinition[ServiceContext]:
-    return ServiceDefinition(
-        name="forecaster",
+    return recording_service(
+        "forecaster",
         outbox=orm.outbox,
         inbox=orm.inbox,
-        dependencies=context_only,
-        consumers=consumers,
+        unit_of_work=ForecasterUnitOfWork,
+        consumers=consumers(),
+        observed_retention_h=settings.observed_retention_h,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from tessera.core.recording.wiring import observed_retention_h
 from tessera.core.settings import ServiceSettings, http_port, service_config
 
 
@@ -11,6 +12,8 @@ class ForecasterSettings(ServiceSettings):
     model_config = service_config("forecaster")
 
     http_port: int = http_port(8082)
+    # a row for every GPU sample, every few seconds: a day of them, not all of them for ever
+    observed_retention_h: float = observed_retention_h(24.0)
 
 
 @lru_cache

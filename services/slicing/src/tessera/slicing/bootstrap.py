@@ -2,29 +2,31 @@
 
 from __future__ import annotations
 
-from tessera.core.db.uow import UnitOfWork
+from tessera.contracts import subjects
 from tessera.core.messaging.consumer import ConsumerSpec
-from tessera.core.recorder import recording_handler
-from tessera.core.runner import ServiceContext, ServiceDefinition, context_only, serve
+from tessera.core.recording.service_layer import record
+from tessera.core.recording.wiring import recording_service
+from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 from tessera.slicing.adapters import orm
 from tessera.slicing.config import SlicingSettings, get_settings
+from tessera.slicing.service_layer.unit_of_work import SlicingUnitOfWork
 
 
-def consumers(ctx: ServiceContext) -> list[ConsumerSpec[UnitOfWork]]:
-    record = recording_handler(orm.observed_events)
+def consumers() -> list[ConsumerSpec[SlicingUnitOfWork]]:
     return [
         ConsumerSpec("slicing-scheduler-events", "scheduler", "tessera.scheduler.evt.>", record),
-        ConsumerSpec("slicing-inventory", "telemetry", "tessera.telemetry.evt.inventory_changed", record),
+        ConsumerSpec("slicing-inventory", "telemetry", subjects.INVENTORY_CHANGED, record),
     ]
 
 
 def build(settings: SlicingSettings) -> ServiceDefinition[ServiceContext]:
-    return ServiceDefinition(
-        name="slicing",
+    return recording_service(
+        "slicing",
         outbox=orm.outbox,
         inbox=orm.inbox,
-        dependencies=context_only,
-        consumers=consumers,
+        unit_of_work=SlicingUnitOfWork,
+        consumers=consumers(),
+        observed_retention_h=settings.observed_retention_h,
     )
 
 

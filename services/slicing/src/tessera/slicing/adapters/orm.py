@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import MetaData
 
 from tessera.core.db.messaging_tables import add_messaging_tables
-from tessera.core.recorder import observed_events_table
+from tessera.core.recording.repository import observed_events_table
 
 metadata = MetaData(schema="slicing")
 outbox, inbox = add_messaging_tables(metadata)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import socket
-from datetime import timedelta
 
+from tessera.core.db.retention import RetentionRule
 from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 from tessera.telemetry.adapters import orm
 from tessera.telemetry.config import SourceKind, TelemetrySettings, get_settings
@@ -12,7 +12,9 @@ from tessera.telemetry.domain.health import HealthPolicy
 from tessera.telemetry.domain.idle import IdlePolicy
 from tessera.telemetry.domain.model import GpuSource
 from tessera.telemetry.domain.monitor import Monitor
-from tessera.telemetry.entrypoints.publishers import Telemetry, announce_inventory, sample
+from tessera.telemetry.entrypoints.publishers import announce_inventory, sample
+from tessera.telemetry.service_layer.dependencies import Telemetry
+from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
 
 
 def make_source(settings: TelemetrySettings) -> GpuSource:
@@ -52,7 +54,6 @@ def build(settings: TelemetrySettings, source: GpuSource | None = None) -> Servi
             sample_interval_s=settings.sample_interval_s,
             inventory_interval_s=settings.inventory_interval_s,
             inventory_republish_s=settings.inventory_republish_s,
-            rollup_retention=timedelta(hours=settings.rollup_retention_h),
         )
 
     return ServiceDefinition(
@@ -60,7 +61,9 @@ def build(settings: TelemetrySettings, source: GpuSource | None = None) -> Servi
         outbox=orm.outbox,
         inbox=orm.inbox,
         dependencies=dependencies,
+        unit_of_work=TelemetryUnitOfWork,
         background=[announce_inventory, sample],
+        retention=[RetentionRule(orm.gpu_rollups, "window_start", settings.rollup_retention_h * 3600)],
     )
 
 

@@ -1,12 +1,13 @@
-"""What telemetry knows of a GPU, and the readings it takes. Pure."""
+"""What telemetry knows of a GPU, the readings it takes, and what it found and announced. Pure."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Protocol
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Protocol
 
 from tessera.contracts.events import NodeInventory
 
@@ -62,6 +63,45 @@ def inventory_digest(nodes: list[NodeInventory]) -> str:
         [n.model_dump(mode="json") for n in sorted(nodes, key=lambda n: n.name)], sort_keys=True
     )
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """The inventory a source last announced: its digest, and when."""
+
+    digest: str
+    at: datetime
+
+
+def announcement_due(
+    last: Announcement | None, digest: str, now: datetime, republish_after: timedelta
+) -> bool:
+    """Announce an inventory that changed, or the same one again once `republish_after` has passed
+    (samples streams keep a short max-age, so a late subscriber would otherwise never see one)."""
+    return last is None or last.digest != digest or now - last.at >= republish_after
+
+
+class FindingKind(StrEnum):
+    UNHEALTHY = "unhealthy"
+    IDLE = "idle"
+
+
+@dataclass(frozen=True)
+class GpuFinding:
+    """A GPU found unhealthy or idle since `since`; `detail` is the event that announced it. A GPU has
+    at most one open finding of each kind."""
+
+    kind: FindingKind
+    gpu_uuid: str
+    node: str
+    gpu_index: int
+    since: datetime
+    detail: dict[str, Any]
+
+    @property
+    def pods(self) -> tuple[str, ...]:
+        """Who held an idle GPU when it was found idle."""
+        return tuple(str(pod) for pod in self.detail.get("pods", ()))
 
 
 def with_health(nodes: list[NodeInventory], unhealthy: set[str]) -> list[NodeInventory]:

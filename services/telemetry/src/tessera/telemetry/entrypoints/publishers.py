@@ -5,35 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from tessera.contracts.events import GpuSample
 from tessera.core.messaging.envelope import encode
 from tessera.core.runner import ServiceContext
 from tessera.core.waits import wait_any
-from tessera.telemetry.domain.model import GpuSource, Reading, SourceUnavailable, with_health
-from tessera.telemetry.domain.monitor import Monitor
+from tessera.telemetry.domain.model import Reading, SourceUnavailable, with_health
+from tessera.telemetry.service_layer.dependencies import Telemetry
 from tessera.telemetry.service_layer.handlers import sync_inventory
-from tessera.telemetry.service_layer.monitoring import prune_rollups, record_observation, restore_findings
+from tessera.telemetry.service_layer.monitoring import record_observation, restore_findings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Telemetry:
-    """The service's dependencies: what the background tasks share, built in `bootstrap.py`."""
-
-    ctx: ServiceContext
-    source: GpuSource
-    monitor: Monitor
-    sample_interval_s: float
-    inventory_interval_s: float
-    inventory_republish_s: float
-    rollup_retention: timedelta
-    #: set when GPU health changed, so the inventory is announced now rather than on its next round
-    inventory_due: asyncio.Event = field(default_factory=asyncio.Event)
-    restored: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 async def announce_inventory(t: Telemetry) -> None:
@@ -44,8 +27,8 @@ async def announce_inventory(t: Telemetry) -> None:
         t.inventory_due.clear()
         try:
             nodes = with_health(await t.source.inventory(), t.monitor.health.unhealthy())
-            async with ctx.uow() as uow:
-                if await sync_inventory(uow, t.source.name, nodes, republish):
+            async with t.uow() as uow:
+                if await sync_inventory(uow, t.source.name, nodes, republish, datetime.now(UTC)):
                     log.info("inventory announced", extra={"source": t.source.name})
                 await uow.commit()
         except Exception:
@@ -56,7 +39,7 @@ async def announce_inventory(t: Telemetry) -> None:
 async def sample(t: Telemetry) -> None:
     """Read every GPU each interval: publish the samples, then store rollups and findings."""
     ctx = t.ctx
-    await _restore(ctx, t)
+    await _restore(t)
     try:
         await _sample_until_stopped(ctx, t)
     finally:
@@ -65,7 +48,6 @@ async def sample(t: Telemetry) -> None:
 
 
 async def _sample_until_stopped(ctx: ServiceContext, t: Telemetry) -> None:
-    last_prune = datetime.min.replace(tzinfo=UTC)
     while not ctx.stop.is_set():
         now = datetime.now(UTC)
         try:
@@ -78,26 +60,20 @@ async def _sample_until_stopped(ctx: ServiceContext, t: Telemetry) -> None:
             readings = []
         if readings:
             await _publish_samples(ctx, readings, now)
-            await _observe(ctx, t, readings, now)
-        if now - last_prune > timedelta(minutes=1):
-            last_prune = now
-            with contextlib.suppress(Exception):
-                async with ctx.uow() as uow:
-                    await prune_rollups(uow, t.rollup_retention, now)
-                    await uow.commit()
+            await _observe(t, readings, now)
         await wait_any(ctx.stop, timeout=t.sample_interval_s)
 
 
-async def _restore(ctx: ServiceContext, t: Telemetry) -> None:
-    while not ctx.stop.is_set():
+async def _restore(t: Telemetry) -> None:
+    while not t.ctx.stop.is_set():
         try:
-            async with ctx.uow() as uow:
+            async with t.uow() as uow:
                 count = await restore_findings(uow, t.monitor)
             log.info("open findings restored", extra={"findings": count})
             break
         except Exception:
             log.exception("restoring open findings failed; retrying")
-            await wait_any(ctx.stop, timeout=1.0)
+            await wait_any(t.ctx.stop, timeout=1.0)
     t.restored.set()
 
 
@@ -128,11 +104,11 @@ async def _publish_samples(ctx: ServiceContext, readings: list[Reading], now: da
         )
 
 
-async def _observe(ctx: ServiceContext, t: Telemetry, readings: list[Reading], now: datetime) -> None:
+async def _observe(t: Telemetry, readings: list[Reading], now: datetime) -> None:
     before = t.monitor.checkpoint()
     observation = t.monitor.observe(readings, now)
     try:
-        async with ctx.uow() as uow:
+        async with t.uow() as uow:
             await record_observation(uow, observation)
             await uow.commit()
     except Exception:

@@ -15,7 +15,7 @@ from tessera.cluster.cluster_file import NodeSpec
 from tessera.cluster.conventions import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
 from tessera.devcluster.apiserver import CONFIGMAPS, NODES, PODS, Selector
 from tessera.devcluster.runner import DevCluster
-from tessera.devcluster.sim.context import SimSettings
+from tessera.devcluster.sim.context import SIM_DURATION_ANNOTATION, SimSettings
 from tessera.devcluster.sim.nvml import DutyCycleTrace
 
 pytestmark = pytest.mark.integration
@@ -108,9 +108,12 @@ async def test_a_bound_pod_runs_then_succeeds_after_its_sim_duration(cluster: De
 
 async def test_a_pod_without_sim_duration_keeps_running(cluster: DevCluster) -> None:
     run_pod(cluster, "server", "gpu-0")
-
     await eventually(lambda: phase(cluster, "server") == "Running")
-    await asyncio.sleep(0.3)  # 15 simulated seconds
+    # a pod started after it, asking for 15 simulated seconds, runs them and ends
+    timed = PodManifest("timed").scheduler().annotate(SIM_DURATION_ANNOTATION, "15")
+    run_pod(cluster, "timed", "gpu-0", timed)
+
+    await eventually(lambda: phase(cluster, "timed") == "Succeeded")
 
     assert phase(cluster, "server") == "Running"
 

@@ -30,8 +30,10 @@ from tessera.core.db.engine import async_url
 from tessera.core.db.migrations import migrate_all
 from tessera.core.messaging.envelope import encode
 from tessera.core.messaging.streams import StreamLimits, ensure_stream
+from tessera.core.runner import RunningService
 from tessera.scheduler import bootstrap
 from tessera.scheduler.config import SchedulerSettings
+from tessera.scheduler.service_layer.dependencies import SchedulerDeps
 from tessera.testing.services import eventually, read_stream, reset_jetstream, running, settings_for
 
 pytestmark = pytest.mark.integration
@@ -177,20 +179,38 @@ async def test_two_replicas_never_hand_out_the_same_gpus(system: tuple[str, str]
     nats_url, db = system
     settings = settings_for(SchedulerSettings, nats_url, db, kubeconfig=None, poll_s=0.1)
     jobs = [str(uuid.uuid4()) for _ in range(4)]
-    async with running(bootstrap.build(settings), settings), running(bootstrap.build(settings), settings):
+    async with (
+        running(bootstrap.build(settings), settings) as first,
+        running(bootstrap.build(settings), settings) as second,
+    ):
         await publish(nats_url, "telemetry", InventoryChanged(source="test", nodes=[NODE]))
         await eventually(lambda: rows(db, "SELECT name FROM scheduler.inventory_nodes"), what="inventory")
         for job_id in jobs:
             await admit(nats_url, job_id, job("half", 4))
         decided = "SELECT count(*) FROM scheduler.pending_gangs WHERE attempts > 0"
         await eventually(lambda: _equals(rows(db, decided), [(2,)]), what="two jobs refused")
-        await asyncio.sleep(0.5)  # both replicas run more cycles
+        # both replicas run more whole cycles, each seeing the refused jobs and the placements
+        await asyncio.gather(after_more_cycles(first, 2), after_more_cycles(second, 2))
         gpus = await rows(db, "SELECT g->>'index' FROM scheduler.placements, jsonb_array_elements(gpus) g")
         assert sorted(int(index) for (index,) in gpus) == list(range(8)), "8 GPUs, each handed out once"
 
 
 async def _equals(probe: Any, expected: Any) -> bool:
     return bool(await probe == expected)
+
+
+async def after_more_cycles(service: RunningService[SchedulerDeps], cycles: int = 2) -> None:
+    """Return once the scheduling loop has run `cycles` whole cycles that began after this call.
+
+    `engine.cycles` counts cycles as they begin and the loop runs one at a time, so once it reaches
+    its value now + `cycles` + 1, every one of the `cycles` cycles after now has finished."""
+    engine = service.deps.engine
+    target = engine.cycles + cycles + 1
+
+    async def advanced() -> bool:
+        return engine.cycles >= target
+
+    await eventually(advanced, what=f"{cycles} more scheduling cycles", timeout=20)
 
 
 async def test_a_job_that_left_admission_is_withdrawn_and_frees_its_gpus(system: tuple[str, str]) -> None:

@@ -34,11 +34,13 @@ from tessera.core.db.engine import async_url
 from tessera.core.db.migrations import migrate_all
 from tessera.core.messaging.envelope import encode
 from tessera.core.messaging.streams import StreamLimits, ensure_stream
+from tessera.core.runner import RunningService
 from tessera.devcluster.apiserver import PODGROUPS, PODS
 from tessera.devcluster.runner import DevCluster
 from tessera.devcluster.sim.nvml import DutyCycleTrace
 from tessera.scheduler import bootstrap
 from tessera.scheduler.config import SchedulerSettings
+from tessera.scheduler.service_layer.dependencies import SchedulerDeps
 from tessera.testing.services import eventually, read_stream, reset_jetstream, running, settings_for
 
 pytestmark = pytest.mark.integration
@@ -189,6 +191,18 @@ async def _matching(world: World, subject: str, job_id: str) -> list[Any]:
     return [event for event in await world.events(subject) if event.job_id == job_id]
 
 
+async def after_more_cycles(service: RunningService[SchedulerDeps], cycles: int = 2) -> None:
+    """Return once the scheduling loop has run `cycles` whole cycles that began after this call.
+
+    `engine.cycles` counts cycles as they begin and the loop runs one at a time, so once it reaches
+    its value now + `cycles` + 1, every one of the `cycles` cycles after now has finished."""
+    engine = service.deps.engine
+    target = engine.cycles + cycles + 1
+    await eventually(
+        lambda: _async(engine.cycles >= target), what=f"{cycles} more scheduling cycles", timeout=20
+    )
+
+
 class ScriptedCluster(KubernetesCluster):
     """The Kubernetes adapter with a log of binds and evictions, failing chosen binds (1-based).
 
@@ -266,8 +280,11 @@ async def test_a_restart_loses_no_placement_and_binds_nothing_twice(world: World
     assert len(log) == 4
     # A new instance: the placement is rebuilt from the database and the cluster, not bound again.
     log_after: list[tuple[str, str]] = []
-    async with running(bootstrap.build(settings, cluster_factory=scripted({}, log_after)), settings):
-        await asyncio.sleep(1.0)
+    async with running(
+        bootstrap.build(settings, cluster_factory=scripted({}, log_after)), settings
+    ) as restarted:
+        # The first cycle rebuilds from the database and the cluster; the next one schedules again.
+        await after_more_cycles(restarted, 2)
         assert log_after == [], "nothing is bound again after a restart"
         assert await world.rows(f"SELECT count(*) FROM scheduler.placements WHERE job_id = '{alpha}'") == [
             (4,)
@@ -329,11 +346,11 @@ async def test_pods_already_on_the_cluster_are_scheduled_as_their_pod_group(worl
     store.create(PODGROUPS, "default", pod_group_manifest("infer", min_member=3))
     for i in range(2):
         store.create(PODS, "default", member_pod(f"infer-{i}", "infer", gpus=4))
-    async with running(bootstrap.build(settings), settings):
+    async with running(bootstrap.build(settings), settings) as scheduler:
         query = "SELECT job_id, source FROM scheduler.pending_gangs"
         await eventually(lambda: world.rows(query), what="the pod group queued")
         assert await world.rows(query) == [("default/infer", "podgroup")]
-        await asyncio.sleep(1.0)  # several cycles: two members wait in Permit for the third
+        await after_more_cycles(scheduler, 3)  # two members wait in Permit for the third
         assert bound(world.pods("infer-")) == [], "two of three members are not a quorum"
         store.create(PODS, "default", member_pod("infer-2", "infer", gpus=4))
         placed = await eventually(

@@ -64,6 +64,34 @@ async def events(nats_url: str, subject: str) -> list[dict[str, object]]:
         await nc.close()
 
 
+async def sampling_rounds(nats_url: str, node: str) -> int:
+    """How many sampling rounds telemetry has published for `node`: a round's samples share one time."""
+    nc = await nats.connect(nats_url)
+    try:
+        samples = await read_stream(nc.jetstream(), subjects.gpu_samples(node), idle_s=0.2)
+    finally:
+        await nc.close()
+    return len({sample.time for sample in samples})
+
+
+async def after_more_rounds(nats_url: str, db: str, rounds: int, node: str = "gpu-node-1") -> None:
+    """Return once telemetry has sampled `rounds` more times and published all it has stored.
+
+    Each round publishes its samples and then stores what it observed (rollups, findings and their
+    events, in one transaction), so when `rounds` more rounds have published their samples, the
+    rounds before the last have stored theirs; once the outbox is empty, the relay has published them."""
+    start = await sampling_rounds(nats_url, node)
+
+    async def sampled() -> bool:
+        return await sampling_rounds(nats_url, node) >= start + rounds
+
+    async def outbox_drained() -> bool:
+        return await scalar(db, "SELECT count(*) FROM telemetry.outbox") == 0
+
+    await eventually(sampled, what=f"{rounds} more sampling rounds", timeout=20)
+    await eventually(outbox_drained, what="the telemetry outbox to drain", timeout=20)
+
+
 async def scalar(db: str, query: str) -> object:
     engine = create_async_engine(async_url(db))
     try:
@@ -131,7 +159,7 @@ async def test_an_injected_xid_is_reported_once_within_15_seconds_and_not_again_
             return any(g["uuid"] == gpu_uuid and g["healthy"] is False for g in gpus)
 
         await eventually(inventory_marks_it, what="the inventory to mark the GPU unhealthy", timeout=10)
-        await asyncio.sleep(2.0)  # several more readings of the same fault
+        await after_more_rounds(nats_url, db, 4)  # several more readings of the same fault
         assert len(await unhealthy()) == 1, "the fault must be reported once, not once per reading"
         assert (
             await scalar(
@@ -144,7 +172,7 @@ async def test_an_injected_xid_is_reported_once_within_15_seconds_and_not_again_
 
     # a restarted telemetry finds the open finding and does not report the same fault again
     async with running(bootstrap.build(settings), settings):
-        await asyncio.sleep(2.0)
+        await after_more_rounds(nats_url, db, 4)  # its first readings still carry the fault
         assert len(await unhealthy()) == 1
 
 

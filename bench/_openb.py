@@ -5,11 +5,13 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from tessera.devcluster import data
 from tessera.scheduler.domain.placement import NodeSpec, PlacementInputError, PodShape
 
-DATA_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "openb"
-DEFAULT_NODES = DATA_DIR / "openb_node_list_gpu_node.csv"
-DEFAULT_PODS = DATA_DIR / "openb_pod_list_default.csv"
+# The openb trace shipped in the repository (libs/devcluster/src/tessera/devcluster/data/openb/),
+# or under $TESSERA_DATA_DIR when it is set.
+DEFAULT_NODES = data.trace(data.OPENB_NODES)
+DEFAULT_PODS = data.trace(data.OPENB_PODS)
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")

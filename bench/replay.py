@@ -32,10 +32,11 @@ from typing import Any, cast
 import httpx
 import psutil  # type: ignore[import-untyped]
 
+from tessera.devcluster import data
+
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("TESSERA_DATA_DIR", ROOT.parent / "shared" / "data"))
-DEFAULT_PODS = DATA / "openb" / "openb_pod_list_default.csv"
-DEFAULT_NODES = DATA / "openb" / "openb_node_list_gpu_node.csv"
+DEFAULT_PODS = data.trace(data.OPENB_PODS)  # in the repository, or under $TESSERA_DATA_DIR
+DEFAULT_NODES = data.trace(data.OPENB_NODES)
 DEFAULT_JSON = ROOT / "bench" / "results" / "replay.json"
 TRACE_LABEL = "tessera.io/trace=openb"
 

@@ -20,10 +20,11 @@ import yaml
 from rich.console import Console
 
 from tessera.core.embedded.process import ManagedProcess
+from tessera.devcluster import data
 
 DEFAULT_DEVCLUSTER_PORT = 16443
 DEFAULT_KUBECONFIG = Path(".tessera/kubeconfig")
-OPENB_PODS = Path("openb") / "openb_pod_list_default.csv"
+OPENB_PODS = data.OPENB_PODS
 #: the cluster ``tessera up`` simulates when no cluster file is given (examples/clusters/dev-4x8.yaml)
 DEV_4X8 = {
     "nodes": [
@@ -113,10 +114,8 @@ console = Console()
 
 
 def default_data_dir() -> Path:
-    """``$TESSERA_DATA_DIR``, else ``shared/data`` beside the checkout (as the devcluster resolves it)."""
-    from tessera.devcluster.sim.nvml import default_data_dir as devcluster_data_dir
-
-    return devcluster_data_dir()
+    """``$TESSERA_DATA_DIR``, else the traces bundled with the devcluster (as the devcluster resolves it)."""
+    return data.data_dir()
 
 
 def resolve_trace(pods: Path | None, data_dir: Path) -> Path:
@@ -211,7 +210,9 @@ def replay(
     data_dir: Annotated[
         Path | None,
         typer.Option(
-            envvar="TESSERA_DATA_DIR", help="Where the traces are; default: shared/data beside the checkout."
+            envvar="TESSERA_DATA_DIR",
+            help="Where the traces are; default: the traces bundled with the devcluster "
+            "(libs/devcluster/src/tessera/devcluster/data/ in the repository).",
         ),
     ] = None,
     gangs: Annotated[

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from tessera.cluster.cluster_file import ClusterFileError, default_cluster, load_cluster
+from tessera.devcluster import data
 from tessera.devcluster.replay import Replayer, TraceError, TracePod, load_trace
 from tessera.devcluster.sim.context import SimSettings
 from tessera.devcluster.sim.nvml import DutyCycleTrace
@@ -67,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--duty-cycle",
         type=Path,
         default=None,
-        help="the GenAI pod_gpu_duty_cycle.csv.gz to replay for inference pods "
-        "(default: $TESSERA_DATA_DIR/genai/..., else a synthetic curve)",
+        help="the GenAI pod_gpu_duty_cycle.csv.gz to replay for inference pods (default: "
+        f"{data.GENAI_DUTY_CYCLE} in $TESSERA_DATA_DIR, else the trace bundled with the devcluster)",
     )
 
     replay = commands.add_parser(
@@ -78,7 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
         "times divided by --speed, through the Kubernetes API of --kubeconfig.",
     )
     replay.add_argument(
-        "--pods", required=True, type=Path, help="openb_pod_list_default.csv or a slice of it"
+        "--pods",
+        type=Path,
+        default=None,
+        help="openb_pod_list_default.csv or a slice of it (default: "
+        f"{data.OPENB_PODS} in $TESSERA_DATA_DIR, else the trace bundled with the devcluster)",
     )
     replay.add_argument(
         "--speed", type=float, default=1.0, help="trace seconds per wall-clock second (default: 1)"
@@ -137,7 +142,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    pods = load_trace(args.pods, skip=args.skip, limit=args.limit)
+    pods = load_trace(args.pods or data.trace(data.OPENB_PODS), skip=args.skip, limit=args.limit)
     if args.dry_run:
         create: Any = lambda manifest: print(f"would create {manifest['metadata']['name']}")  # noqa: E731
     else:

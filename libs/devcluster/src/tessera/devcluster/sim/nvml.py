@@ -12,7 +12,6 @@ import bisect
 import csv
 import gzip
 import math
-import os
 import zlib
 from collections import defaultdict
 from collections.abc import Sequence
@@ -21,22 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from tessera.cluster.catalogue import model as catalogue_model
+from tessera.devcluster import data
 from tessera.devcluster.sim.devices import Holding
 from tessera.devcluster.sim.state import SimGpu
 
 SIM_PROFILE_ANNOTATION = "tessera.io/sim-profile"  # training | inference | idle
-DUTY_CYCLE_FILE = Path("genai/pod_gpu_duty_cycle.csv.gz")
-
-
-def default_data_dir() -> Path:
-    """`$TESSERA_DATA_DIR`, else `shared/data` beside the checkout this package lives in."""
-    configured = os.environ.get("TESSERA_DATA_DIR")
-    if configured:
-        return Path(configured)
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "libs" / "devcluster").is_dir():
-            return parent.parent / "shared" / "data"
-    return Path("shared") / "data"
+DUTY_CYCLE_FILE = data.GENAI_DUTY_CYCLE
 
 
 # Board power (W) by catalogue model; anything else draws 250 W at full load.
@@ -100,8 +89,9 @@ class DutyCycleTrace:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> DutyCycleTrace:
-        """The trace from `path`, else `$TESSERA_DATA_DIR/genai/...`, else a synthetic diurnal curve."""
-        source = Path(path) if path else default_data_dir() / DUTY_CYCLE_FILE
+        """The trace from `path`, else `genai/pod_gpu_duty_cycle.csv.gz` in the data directory
+        (`$TESSERA_DATA_DIR`, else the bundled traces), else a synthetic diurnal curve."""
+        source = Path(path) if path else data.trace(DUTY_CYCLE_FILE)
         if not source.exists():
             if path:
                 raise FileNotFoundError(f"duty-cycle trace {source} does not exist")

@@ -29,6 +29,15 @@ def dead_letter(service: str, consumer: str) -> str:
     return f"{ROOT}.{service}.dlq.{consumer}"
 
 
+def save_checkpoint(job_id: str) -> str:
+    """The save command for one job's training process; job ids may hold dots, which a token may not.
+
+    The subject has one token more than `tessera.checkpoint.cmd.<verb>`, so the checkpoint service's own
+    consumer of its commands (`tessera.checkpoint.cmd.*`) never sees the commands it sends to trainers.
+    """
+    return f"{ROOT}.checkpoint.cmd.save.{_TOKEN.sub('_', job_id)}"
+
+
 def gpu_samples(node: str) -> str:
     """Samples of one node; node names may hold dots, which are not allowed inside a token."""
     return f"{ROOT}.telemetry.gpu.{_TOKEN.sub('_', node)}"
@@ -51,3 +60,8 @@ PREEMPTION_REQUESTED = event("admission", "preemption_requested")
 JOB_STATE_CHANGED = event("admission", "job_state_changed")
 JOB_FINISHED = event("admission", "job_finished")
 REPORT_JOB_OUTCOME = command("admission", "report_job_outcome")
+ALL_SAVE_CHECKPOINT = f"{ROOT}.checkpoint.cmd.save.*"
+REPORT_CHECKPOINT = command("checkpoint", "report_checkpoint")
+CHECKPOINT_SAVED = event("checkpoint", "checkpoint_saved")
+CHECKPOINT_FAILED = event("checkpoint", "checkpoint_failed")
+READY_FOR_EVICTION = event("checkpoint", "ready_for_eviction")

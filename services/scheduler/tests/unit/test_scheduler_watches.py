@@ -17,18 +17,18 @@ from tessera.scheduler.domain.framework.builders import make_gang
 from tessera.scheduler.domain.framework.cluster_view import node_info
 from tessera.scheduler.domain.gang.assembly import assemble
 from tessera.scheduler.domain.gang.scheduler import OutcomeKind
+from tessera.scheduler.service_layer.engine_state import EngineState
 from tessera.scheduler.service_layer.outcomes import GangInfo
-from tessera.scheduler.service_layer.rebuild import Rebuilt
 from tessera.scheduler.service_layer.watches import WatchState
 
 NO_REPO: Any = None  # node events do not touch the database
 
 
-def world(*nodes: Node) -> tuple[Rebuilt, WatchState]:
+def world(*nodes: Node) -> tuple[EngineState, WatchState]:
     infos = {node.name: node_info(node) for node in nodes}
     port = InventoryBinder()
     uuids = {node.name: {gpu.index: gpu.uuid for gpu in node.gpus} for node in nodes}
-    state = Rebuilt(assemble(infos.values(), port), {}, {}, uuids, infos, port)
+    state = EngineState(assemble(infos.values(), port), {}, {}, uuids, infos, port)
     settings = SchedulerSettings.model_validate({})
     return state, WatchState(state, NO_REPO, settings, now=100.0)
 

@@ -98,7 +98,10 @@ class ClusterCache:
         return (self.nodes, self.pods, self.pod_groups, *extra)
 
     async def start(self, timeout: float = 30.0) -> None:
-        self._tasks = [asyncio.create_task(r.run(), name=f"reflector-{r.name}") for r in self.reflectors]
+        """Start the watches and wait until each has listed. On TimeoutError they go on trying, and
+        calling ``start`` again waits for the same watches rather than starting a second set."""
+        if not self._tasks:
+            self._tasks = [asyncio.create_task(r.run(), name=f"reflector-{r.name}") for r in self.reflectors]
         async with asyncio.timeout(timeout):
             await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
 

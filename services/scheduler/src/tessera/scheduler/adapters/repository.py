@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from tessera.contracts.events import NodeInventory, PreemptionRequested
 from tessera.contracts.jobs import JobSpec
+from tessera.core.db.uow import UnitOfWork
 from tessera.scheduler.adapters.orm import (
     decision_version,
     inventory_nodes,
@@ -24,6 +25,8 @@ from tessera.scheduler.adapters.orm import (
     placements,
     preemptions,
 )
+from tessera.scheduler.domain.placement.model import PodShape
+from tessera.scheduler.domain.placement.observed_workload import placed_shape
 
 _SCHEDULING_LOCK = 0x7E55E7A  # one placement decision at a time across replicas
 
@@ -76,6 +79,15 @@ def at(seconds: float) -> datetime:
 class SchedulerRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
+
+    @classmethod
+    def of(cls, uow: UnitOfWork) -> SchedulerRepository:
+        """The repository on a unit of work's transaction (the service layer never sees a session)."""
+        return cls(uow.session)
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once this transaction has committed (never on a rollback)."""
+        after_commit(self.session, callback)
 
     async def lock_for_decision(self) -> None:
         await self.session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEDULING_LOCK})
@@ -252,6 +264,22 @@ class SchedulerRepository:
             )
             for row in rows
         ]
+
+    async def recent_gpu_shapes(self, limit: int) -> list[PodShape]:
+        """The shapes of the latest ``limit`` placements that hold GPU milli, newest first."""
+        rows = (
+            await self.session.execute(
+                select(placements.c.gpus, placements.c.cpu_milli, placements.c.memory_mib)
+                .where(func.jsonb_array_length(placements.c.gpus) > 0)
+                .order_by(placements.c.placed_at.desc(), placements.c.job_id, placements.c.pod)
+                .limit(limit)
+            )
+        ).all()
+        shapes = (
+            placed_shape(tuple((int(g["index"]), int(g["milli"])) for g in gpus), cpu_milli, memory_mib)
+            for gpus, cpu_milli, memory_mib in rows
+        )
+        return [shape for shape in shapes if shape is not None]
 
     async def is_placed(self, job_id: str) -> bool:
         found = await self.session.scalar(

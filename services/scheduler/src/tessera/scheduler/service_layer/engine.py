@@ -1,9 +1,10 @@
 """The scheduling loop: one cycle at a time, fed by admitted jobs, inventory and cluster watches.
 
 Each cycle runs as named steps under the scheduler's advisory lock, in one transaction:
-sync inputs (inventory, new pending gangs, cluster changes) -> free what finished -> run the gang
-scheduler (assume, permit, bind) -> persist the outcomes and queue their events. Binding happens
-inside the gang scheduler, on a thread of its own, while the event loop serves the bind calls.
+sync inputs (inventory, new pending gangs, every few minutes the typical workload, cluster
+changes) -> free what finished -> run the gang scheduler (assume, permit, bind) -> persist the
+outcomes and queue their events. Binding happens inside the gang scheduler, on a thread of its
+own, while the event loop serves the bind calls.
 
 Nothing lives only here: pending gangs and placements are in the scheduler's schema and the
 cluster is the record of what is bound, so a restart (or any failed cycle) rebuilds this state.
@@ -24,11 +25,13 @@ from tessera.cluster.port import WatchEvent
 from tessera.contracts.events import DemandChanged, GangFinished, ReportJobOutcome
 from tessera.core.db.uow import UnitOfWork
 from tessera.core.observability.tracing import span_from_headers
+from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.repository import JOB, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.cache import CacheConflict
 from tessera.scheduler.domain.gang.assembly import Assembly
 from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
+from tessera.scheduler.service_layer.engine_state import EngineState
 from tessera.scheduler.service_layer.gangs import (
     inventory_node,
     inventory_uuids,
@@ -39,15 +42,22 @@ from tessera.scheduler.service_layer.gangs import (
 )
 from tessera.scheduler.service_layer.outcomes import GangInfo, record_outcome
 from tessera.scheduler.service_layer.preemption import preempt_due
-from tessera.scheduler.service_layer.rebuild import ClusterSide, Rebuilt, rebuild
+from tessera.scheduler.service_layer.rebuild import learn_typical_workload, rebuild
 from tessera.scheduler.service_layer.watches import WatchState, native_keys
 
 log = logging.getLogger(__name__)
+
+# How often the typical workload of the fragmentation score is learnt again from the placements
+# (a rebuild learns it too).
+WORKLOAD_REFRESH_S = 300.0
 
 UowFactory = Callable[[], UnitOfWork]
 
 
 class SchedulingEngine:
+    """Schedules on ``cluster`` when given one (and subscribes to its watches); otherwise on the
+    inventory telemetry reports."""
+
     def __init__(
         self,
         uow: UowFactory,
@@ -57,7 +67,7 @@ class SchedulingEngine:
     ) -> None:
         self._uow = uow
         self.settings = settings
-        self.cluster = cluster
+        self.cluster: ClusterSide | None = None
         self.clock = clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scheduler-cycle")
         self._wake = asyncio.Event()
@@ -65,8 +75,15 @@ class SchedulingEngine:
         self._unhealthy: deque[tuple[str, int]] = deque()
         self._next_preemption: float | None = None
         self._version = -1
-        self.state: Rebuilt | None = None
+        self.state: EngineState | None = None
         self.cycles = 0
+        if cluster is not None:
+            self.attach(cluster)
+
+    def attach(self, cluster: ClusterSide) -> None:
+        """Watch and bind through ``cluster`` from the next rebuild on; its watch events feed the cycles."""
+        cluster.subscribe(self.on_watch)
+        self.cluster = cluster
 
     # -- inputs (safe from handlers after commit and from watch callbacks) ------------------------
 
@@ -116,7 +133,7 @@ class SchedulingEngine:
         """One scheduling cycle; returns the gang scheduler's outcomes."""
         self.cycles += 1
         async with self._uow() as uow:
-            repo = SchedulerRepository(uow.session)
+            repo = SchedulerRepository.of(uow)
             await repo.lock_for_decision()
             now = self.clock()
             outcomes: list[GangOutcome] = []
@@ -131,7 +148,8 @@ class SchedulingEngine:
                 if self.cluster is not None:
                     # PodGroups created while the scheduler was away join the queue now.
                     watches = WatchState(self.state, self.cluster, self.settings, now)
-                    for key in native_keys(self.cluster.pods.store, self.cluster.pod_groups.store):
+                    cache = self.cluster.cache
+                    for key in native_keys(cache.pods.store, cache.pod_groups.store):
                         await watches.refresh_native(repo, key)
             state = self.state
             if self.cluster is None:
@@ -141,6 +159,7 @@ class SchedulingEngine:
                     state.inventory_stamp = stamp
                     outcomes += await self._sync_inventory(repo, now)
             await self._sync_pending(repo, now)
+            await self._learn_typical_workload(repo, now)
             if self.cluster is not None:
                 watches = WatchState(state, self.cluster, self.settings, now)
                 while self._events:
@@ -192,6 +211,17 @@ class SchedulingEngine:
             outcomes += scheduler.node_lost(name, now)
         return outcomes
 
+    async def _learn_typical_workload(self, repo: SchedulerRepository, now: float) -> None:
+        """Every so often, the fragmentation score learns the workload again from the placements."""
+        assert self.state is not None
+        state = self.state
+        if state.fragmentation is None:
+            return
+        if state.workload_learnt_at is not None and now - state.workload_learnt_at < WORKLOAD_REFRESH_S:
+            return
+        state.fragmentation.expect(await learn_typical_workload(repo))
+        state.workload_learnt_at = now
+
     async def _sync_pending(self, repo: SchedulerRepository, now: float) -> None:
         """Gangs admitted since the last cycle join the queue (and, on a cluster, get their pods)."""
         assert self.state is not None
@@ -241,7 +271,7 @@ class SchedulingEngine:
         assert self.state is not None
         if self.cluster is None:
             return
-        pods = self.cluster.pods.store
+        pods = self.cluster.cache.pods.store
         for info in self.state.gangs.values():
             if info.source != JOB or info.running_reported or not info.placed:
                 continue

@@ -17,7 +17,7 @@ from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import Handler, PermanentError
 from tessera.core.messaging.envelope import Envelope
 from tessera.core.observability.tracing import current_trace_headers
-from tessera.scheduler.adapters.repository import SchedulerRepository, after_commit
+from tessera.scheduler.adapters.repository import SchedulerRepository
 from tessera.scheduler.service_layer.engine import SchedulingEngine
 
 
@@ -26,13 +26,13 @@ def job_admitted_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
         event = envelope.parse()
         if not isinstance(event, JobAdmitted):
             raise PermanentError(f"expected job_admitted, got {envelope.type}")
-        repo = SchedulerRepository(uow.session)
+        repo = SchedulerRepository.of(uow)
         if await repo.is_placed(event.job_id):
             return
         if await repo.add_pending(
             event.job_id, event.spec, event.submitted_at, trace=current_trace_headers()
         ):
-            after_commit(uow.session, engine.wake)
+            repo.after_commit(engine.wake)
 
     return handle_job_admitted
 
@@ -42,9 +42,9 @@ def inventory_changed_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
         event = envelope.parse()
         if not isinstance(event, InventoryChanged):
             raise PermanentError(f"expected inventory_changed, got {envelope.type}")
-        repo = SchedulerRepository(uow.session)
+        repo = SchedulerRepository.of(uow)
         await repo.replace_inventory(event.source, event.nodes)
-        after_commit(uow.session, engine.wake)
+        repo.after_commit(engine.wake)
 
     return handle_inventory_changed
 
@@ -56,9 +56,9 @@ def gpu_unhealthy_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
         event = envelope.parse()
         if not isinstance(event, GpuUnhealthy):
             raise PermanentError(f"expected gpu_unhealthy, got {envelope.type}")
-        repo = SchedulerRepository(uow.session)
+        repo = SchedulerRepository.of(uow)
         await repo.mark_gpu_unhealthy(event.node, event.gpu_uuid)
-        after_commit(uow.session, lambda: engine.gpu_unhealthy(event.node, event.gpu_index))
+        repo.after_commit(lambda: engine.gpu_unhealthy(event.node, event.gpu_index))
 
     return handle_gpu_unhealthy
 
@@ -70,8 +70,9 @@ def preemption_requested_handler(engine: SchedulingEngine) -> Handler[UnitOfWork
         event = envelope.parse()
         if not isinstance(event, PreemptionRequested):
             raise PermanentError(f"expected preemption_requested, got {envelope.type}")
-        await SchedulerRepository(uow.session).add_preemption(event)
-        after_commit(uow.session, engine.wake)
+        repo = SchedulerRepository.of(uow)
+        await repo.add_preemption(event)
+        repo.after_commit(engine.wake)
 
     return handle_preemption_requested
 
@@ -86,9 +87,8 @@ def job_finished_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
         if event.state == "preempted":
             # Evicted through preemption_requested already; the job may be queued and admitted again.
             return
-        await SchedulerRepository(uow.session).add_withdrawal(
-            event.job_id, f"job {event.state}: {event.reason}", event.at
-        )
-        after_commit(uow.session, engine.wake)
+        repo = SchedulerRepository.of(uow)
+        await repo.add_withdrawal(event.job_id, f"job {event.state}: {event.reason}", event.at)
+        repo.after_commit(engine.wake)
 
     return handle_job_finished

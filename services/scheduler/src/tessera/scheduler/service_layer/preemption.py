@@ -18,11 +18,12 @@ from tessera.cluster.port import ClusterError, NotFound
 from tessera.contracts.events import PodsEvicted, ReportJobOutcome
 from tessera.core.db.uow import UnitOfWork
 from tessera.core.observability.tracing import tracer
+from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.repository import JOB, Preemption, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.gang.queue import ClusterEvent
+from tessera.scheduler.service_layer.engine_state import EngineState
 from tessera.scheduler.service_layer.gangs import job_pod_names, pod_name
-from tessera.scheduler.service_layer.rebuild import ClusterSide, Rebuilt
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 async def preempt_due(
     repo: SchedulerRepository,
     uow: UnitOfWork,
-    state: Rebuilt,
+    state: EngineState,
     cluster: ClusterSide | None,
     settings: SchedulerSettings,
     now: float,
@@ -70,7 +71,7 @@ async def preempt_due(
 async def _evict(
     request: Preemption,
     repo: SchedulerRepository,
-    state: Rebuilt,
+    state: EngineState,
     cluster: ClusterSide | None,
     settings: SchedulerSettings,
     now: float,

@@ -11,32 +11,27 @@ import contextlib
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from tessera.cluster.cache import pod_key
 from tessera.cluster.conventions.names import SCHEDULER_NAME
 from tessera.cluster.domain import Node, Pod, PodGroup
 from tessera.cluster.port import EventType, WatchEvent
+from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL
 from tessera.scheduler.adapters.repository import PODGROUP, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
-from tessera.scheduler.domain.cache import CacheConflict
+from tessera.scheduler.domain.cache import CacheConflict, SchedulerCache
 from tessera.scheduler.domain.framework.cluster_view import gang_spec, node_info
 from tessera.scheduler.domain.framework.pod import InvalidSpec
 from tessera.scheduler.domain.gang.queue import ClusterEvent
 from tessera.scheduler.domain.gang.scheduler import GangOutcome
 from tessera.scheduler.domain.gang.spec import GangSpec
 from tessera.scheduler.domain.snapshot import Allocation
+from tessera.scheduler.service_layer.engine_state import EngineState
 from tessera.scheduler.service_layer.outcomes import GangInfo
 
-if TYPE_CHECKING:
-    from tessera.scheduler.service_layer.rebuild import ClusterSide, Rebuilt
-
-
 FOREIGN = "foreign:"  # gang name prefix of pods other schedulers placed
-
-
-def pod_key(pod: Pod) -> str:
-    return f"{pod.namespace}/{pod.name}"
 
 
 def _ours(pod: Pod) -> bool:
@@ -91,6 +86,14 @@ def foreign_allocation(pod: Pod, uuids: Mapping[int, str]) -> Allocation:
     )
 
 
+def hold_foreign(cache: SchedulerCache, allocation: Allocation) -> None:
+    """Count a pod another scheduler placed as bound; best effort: one the cache cannot fit (its
+    node is already full in our books) is left out rather than failing the cycle."""
+    with contextlib.suppress(CacheConflict):
+        cache.assume(allocation)
+        cache.confirm_bound(allocation.pod)
+
+
 def native_keys(pods: Mapping[str, Pod], groups: Mapping[str, PodGroup]) -> list[str]:
     """Every PodGroup, and every lone pod of ours still waiting for a node."""
     lone = [key for key, pod in pods.items() if not pod.pod_group and not pod.bound and _ours(pod)]
@@ -107,7 +110,9 @@ def native_gang(group: PodGroup, members: list[Pod], submitted_at: float) -> Gan
 class WatchState:
     """Applies one watch event to the scheduler's state; returns the gangs it broke."""
 
-    def __init__(self, state: Rebuilt, cluster: ClusterSide, settings: SchedulerSettings, now: float) -> None:
+    def __init__(
+        self, state: EngineState, cluster: ClusterSide, settings: SchedulerSettings, now: float
+    ) -> None:
         self.state = state
         self.cluster = cluster
         self.settings = settings
@@ -161,10 +166,9 @@ class WatchState:
         """A pod another scheduler bound (or a kubelet runs) holds node capacity the cache must see."""
         if pod.scheduler_name == SCHEDULER_NAME or pod.node_name not in self.state.nodes:
             return
-        allocation = foreign_allocation(pod, self.state.uuids.get(pod.node_name or "", {}))
-        with contextlib.suppress(CacheConflict):
-            self.state.assembly.cache.assume(allocation)
-            self.state.assembly.cache.confirm_bound(allocation.pod)
+        hold_foreign(
+            self.state.assembly.cache, foreign_allocation(pod, self.state.uuids.get(pod.node_name or "", {}))
+        )
 
     def pod_ended(self, key: str, phase: str) -> None:
         """A placed pod ended or vanished: its resources are free; its gang may now be finished."""
@@ -178,7 +182,8 @@ class WatchState:
 
     async def refresh_native(self, repo: SchedulerRepository, group_key: str) -> None:
         """(Re)submit a native gang from the PodGroup (or lone pod) and its pending pods."""
-        found = native_of(self.cluster.pods.store, self.cluster.pod_groups.store, group_key)
+        cache = self.cluster.cache
+        found = native_of(cache.pods.store, cache.pod_groups.store, group_key)
         if found is None:
             return
         group, members = found

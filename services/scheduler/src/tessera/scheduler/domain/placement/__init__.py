@@ -14,6 +14,11 @@ from tessera.scheduler.domain.placement.model import (
     PlacementInputError,
     PodShape,
 )
+from tessera.scheduler.domain.placement.observed_workload import (
+    OPENB_TYPICAL_WORKLOAD,
+    placed_shape,
+    typical_workload,
+)
 from tessera.scheduler.domain.placement.policies import (
     BestFitPolicy,
     DotProdPolicy,
@@ -27,6 +32,7 @@ from tessera.scheduler.domain.placement.tessera_policy import TesseraPolicy, Wor
 
 __all__ = [
     "MILLI_PER_GPU",
+    "OPENB_TYPICAL_WORKLOAD",
     "POLICY_FACTORIES",
     "BestFitPolicy",
     "ClusterState",
@@ -45,6 +51,8 @@ __all__ = [
     "WorkloadProfile",
     "make_policy",
     "place_all",
+    "placed_shape",
     "random_ranks",
     "typical_pods",
+    "typical_workload",
 ]

@@ -33,9 +33,20 @@ class FragmentationScore:
         if not known:
             raise ValueError("fragmentation.models: at least one GPU model is needed")
         # The model only reads the cluster's model list, so one placeholder node per model suffices.
-        placeholder = ClusterState([NodeSpec(f"model-{i}", 0, 0, 0, model) for i, model in enumerate(known)])
-        self._model = FragmentationModel(list(typical), placeholder)
-        self._model_index = {model: i for i, model in enumerate(placeholder.models)}
+        self._placeholder = ClusterState(
+            [NodeSpec(f"model-{i}", 0, 0, 0, model) for i, model in enumerate(known)]
+        )
+        self._model_index = {model: i for i, model in enumerate(self._placeholder.models)}
+        self._model = FragmentationModel(list(typical), self._placeholder)
+
+    @property
+    def typical(self) -> tuple[TypicalPod, ...]:
+        """The workload the score expects."""
+        return tuple(self._model.typical)
+
+    def expect(self, typical: Sequence[TypicalPod]) -> None:
+        """Score against another typical workload from now on (the workload was learnt again)."""
+        self._model = FragmentationModel(list(typical), self._placeholder)
 
     def score(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> int:
         choice = state.read(GPU_CHOICE).get(node.name, ()) if pod.gpu_count else ()

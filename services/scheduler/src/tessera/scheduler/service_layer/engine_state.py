@@ -1,0 +1,35 @@
+"""What the scheduling engine holds between cycles. All of it is rebuilt from Postgres and the
+cluster (see :mod:`.rebuild`) after a restart, a failed cycle, or another replica's decision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tessera.contracts.events import DemandChanged
+from tessera.contracts.jobs import JobSpec
+from tessera.scheduler.adapters.kube import ClusterBinder, InventoryBinder
+from tessera.scheduler.domain.gang.assembly import Assembly
+from tessera.scheduler.domain.gang.scheduler import GangOutcome
+from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
+from tessera.scheduler.domain.snapshot import NodeInfo
+from tessera.scheduler.service_layer.outcomes import GangInfo
+
+
+@dataclass
+class EngineState:
+    assembly: Assembly
+    gangs: dict[str, GangInfo]
+    specs: dict[str, JobSpec]
+    uuids: dict[str, dict[int, str]]
+    nodes: dict[str, NodeInfo]
+    port: InventoryBinder | ClusterBinder
+    recovered: list[GangOutcome] = field(default_factory=list)
+    to_materialize: set[str] = field(default_factory=set)
+    native_submitted: dict[str, float] = field(default_factory=dict)
+    last_demand: DemandChanged | None = None
+    inventory_stamp: tuple[int, datetime | None] | None = None
+    # The fragmentation score in the assembly's profile (None without GPU nodes at the rebuild),
+    # and when the typical workload it expects was last learnt from the placements.
+    fragmentation: FragmentationScore | None = None
+    workload_learnt_at: float | None = None

@@ -12,13 +12,13 @@ from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import ConsumerSpec
 from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 from tessera.scheduler.adapters import orm
+from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.kube import JobMaterializer
 from tessera.scheduler.config import SchedulerSettings, get_settings
 from tessera.scheduler.entrypoints.loop import scheduling_loop
 from tessera.scheduler.service_layer import handlers
 from tessera.scheduler.service_layer.dependencies import ClusterConnection, SchedulerDeps
 from tessera.scheduler.service_layer.engine import SchedulingEngine
-from tessera.scheduler.service_layer.rebuild import ClusterSide
 
 # Turns the API client into the `Cluster` port; tests wrap the adapter to inject failures.
 ClusterFactory = Callable[[ApiClient], KubernetesCluster]
@@ -55,12 +55,12 @@ def build(
     settings: SchedulerSettings, *, cluster_factory: ClusterFactory | None = None
 ) -> ServiceDefinition[SchedulerDeps]:
     async def dependencies(ctx: ServiceContext) -> SchedulerDeps:
-        engine = SchedulingEngine(ctx.uow, settings)
-        if settings.kubeconfig is None:
-            return SchedulerDeps(ctx, engine)  # inventory mode: places on what telemetry reports
+        if settings.kubeconfig is None:  # inventory mode: places on what telemetry reports
+            return SchedulerDeps(ctx, SchedulingEngine(ctx.uow, settings))
         api = api_client(kubeconfig=str(settings.kubeconfig))
         cluster = (cluster_factory or KubernetesCluster)(api)
-        side = ClusterSide(cluster, JobMaterializer(api), engine.on_watch)
+        side = ClusterSide(cluster, JobMaterializer(api))
+        engine = SchedulingEngine(ctx.uow, settings, cluster=side)  # subscribes to the side's watches
         return SchedulerDeps(ctx, engine, ClusterConnection(cluster, side))
 
     return ServiceDefinition(

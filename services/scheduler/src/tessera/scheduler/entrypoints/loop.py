@@ -15,7 +15,6 @@ async def scheduling_loop(deps: SchedulerDeps) -> None:
     if connection is None:
         await engine.run(stop)
         return
-    engine.cluster = connection.side
     try:
         while not stop.is_set():
             try:

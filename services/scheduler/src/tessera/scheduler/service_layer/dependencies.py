@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from tessera.cluster.kube import KubernetesCluster
 from tessera.core.runner import ServiceContext
+from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.service_layer.engine import SchedulingEngine
-from tessera.scheduler.service_layer.rebuild import ClusterSide
 
 
 @dataclass

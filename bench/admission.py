@@ -35,9 +35,9 @@ from tessera.admission.adapters.config_repository import ConfigRepository
 from tessera.admission.domain.documents import QueueingDocument
 from tessera.admission.domain.queueing.benchmark import run_cycle_benchmark
 from tessera.admission.domain.workloads import groups_of
+from tessera.admission.service_layer.unit_of_work import AdmissionUnitOfWork as UnitOfWork
 from tessera.contracts.jobs import JobSpec
 from tessera.core.db.engine import make_engine, make_session_factory
-from tessera.core.db.uow import UnitOfWork
 
 FLAVORS = ("a100", "t4")
 

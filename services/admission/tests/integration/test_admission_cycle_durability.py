@@ -17,9 +17,9 @@ from tessera.admission.adapters.config_repository import ConfigRepository
 from tessera.admission.domain.documents import QueueingDocument
 from tessera.admission.service_layer.cycle import run_cycle
 from tessera.admission.service_layer.handlers import submit_job
+from tessera.admission.service_layer.unit_of_work import AdmissionUnitOfWork
 from tessera.contracts import subjects
 from tessera.core.db.engine import make_engine, make_session_factory
-from tessera.core.db.uow import UnitOfWork
 from tessera.testing.services import ServiceProcess, eventually, read_stream
 
 pytestmark = pytest.mark.integration
@@ -50,8 +50,8 @@ class Database:
         self.engine = make_engine(url, pool_size=4)
         self.sessions = make_session_factory(self.engine)
 
-    def uow(self) -> UnitOfWork:
-        return UnitOfWork(self.sessions, orm.outbox, orm.inbox, "test")
+    def uow(self) -> AdmissionUnitOfWork:
+        return AdmissionUnitOfWork(self.sessions, orm.outbox, orm.inbox, "test")
 
 
 async def seed(db: Database, jobs: int) -> None:

@@ -15,13 +15,13 @@ from tessera.admission.service_layer.handlers import (
     handle_scheduler_event,
     handle_submit_command,
 )
+from tessera.admission.service_layer.unit_of_work import AdmissionUnitOfWork
 from tessera.contracts import subjects
-from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import ConsumerSpec
 from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 
 
-def consumers(deps: AdmissionDeps) -> list[ConsumerSpec[UnitOfWork]]:
+def consumers(deps: AdmissionDeps) -> list[ConsumerSpec[AdmissionUnitOfWork]]:
     return [
         ConsumerSpec("admission-submit", "admission", subjects.SUBMIT_JOB, handle_submit_command),
         ConsumerSpec("admission-outcomes", "admission", subjects.REPORT_JOB_OUTCOME, handle_outcome_command),
@@ -41,6 +41,7 @@ def build(settings: AdmissionSettings) -> ServiceDefinition[AdmissionDeps]:
         outbox=orm.outbox,
         inbox=orm.inbox,
         dependencies=dependencies,
+        unit_of_work=AdmissionUnitOfWork,
         consumers=consumers,
         routers=[router, config_router],
         background=[admission_cycle],

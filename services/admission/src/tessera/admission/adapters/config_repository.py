@@ -3,7 +3,6 @@ classes and the policy row. Documents are stored as JSON, checked by the domain 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Table, delete, select
@@ -11,7 +10,6 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tessera.admission.adapters.orm import (
-    change_seq,
     cohorts,
     flavors,
     policy,
@@ -25,57 +23,12 @@ from tessera.admission.domain.documents import (
     FlavorDoc,
     PriorityClassDoc,
     QueueDoc,
-    QueueingDocument,
+    StoredConfig,
     TenantQueueDoc,
     TimingDoc,
-    build_config,
 )
-from tessera.admission.domain.queueing import QueueingConfig
 
-
-@dataclass
-class StoredConfig:
-    flavors: list[FlavorDoc] = field(default_factory=list)
-    cohorts: list[CohortDoc] = field(default_factory=list)
-    queues: list[QueueDoc] = field(default_factory=list)
-    tenant_queues: list[TenantQueueDoc] = field(default_factory=list)
-    priority_classes: list[PriorityClassDoc] = field(default_factory=list)
-    fair_sharing: FairSharingDoc | None = None
-    timing: TimingDoc | None = None
-
-    @property
-    def open_mode(self) -> bool:
-        """No queue is configured: admission admits every valid job (see ADR 0007)."""
-        return not self.queues
-
-    def build(self) -> QueueingConfig:
-        return build_config(
-            self.flavors,
-            self.cohorts,
-            self.queues,
-            self.tenant_queues,
-            self.priority_classes,
-            self.fair_sharing,
-            self.timing,
-        )
-
-    def merged(self, doc: QueueingDocument) -> StoredConfig:
-        """This configuration with `doc` applied on top (by name), not yet checked."""
-
-        def merge(old: list[Any], new: list[Any], key: str) -> list[Any]:
-            out = {getattr(o, key): o for o in old}
-            out.update({getattr(n, key): n for n in new})
-            return list(out.values())
-
-        return StoredConfig(
-            merge(self.flavors, doc.flavors, "name"),
-            merge(self.cohorts, doc.cohorts, "name"),
-            merge(self.queues, doc.queues, "name"),
-            merge(self.tenant_queues, doc.tenant_queues, "tenant"),
-            merge(self.priority_classes, doc.priority_classes, "name"),
-            doc.fair_sharing or self.fair_sharing,
-            doc.preemption_timing or self.timing,
-        )
+__all__ = ["ConfigRepository", "StoredConfig"]
 
 
 class ConfigRepository:
@@ -124,7 +77,6 @@ class ConfigRepository:
         }
         stmt = pg_insert(policy).values(id=1, **values)
         await self.session.execute(stmt.on_conflict_do_update(index_elements=[policy.c.id], set_=values))
-        await self.session.execute(select(change_seq.next_value()))
 
     async def _sync(self, table: Table, key: str, before: list[Any], after: list[Any]) -> None:
         gone = {getattr(b, key) for b in before} - {getattr(a, key) for a in after}

@@ -1,87 +1,190 @@
-"""Jobs in Postgres. The aggregate is loaded and saved whole; transitions are appended."""
+"""Jobs in Postgres: the `Job` aggregate, its transitions, and the queueing view the cycle reads.
+
+A job is loaded whole (`get`, with its history) or, for the cycle, in bulk without its history
+(`get_many`). Either way the repository remembers how many transitions are already stored, so
+`save_all` writes only what the job recorded since, for thousands of jobs in two statements.
+Loaded and added jobs are handed to `track`: the unit of work publishes their events at commit."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import String, any_, bindparam, insert, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tessera.admission.adapters.orm import change_seq, job_transitions, jobs
-from tessera.admission.domain.model import Job, JobState, Transition
+from tessera.admission.adapters.orm import job_transitions, jobs
+from tessera.admission.domain.model import ACTIVE, Job, JobState, Transition
+from tessera.admission.domain.workloads import ActiveJob
 from tessera.contracts.base import FieldError
 from tessera.contracts.jobs import JobSpec
 
+AGGREGATE = (
+    jobs.c.id,
+    jobs.c.name,
+    jobs.c.tenant,
+    jobs.c.queue,
+    jobs.c.priority,
+    jobs.c.state,
+    jobs.c.spec,
+    jobs.c.errors,
+    jobs.c.trace_headers,
+    jobs.c.submitted_at,
+    jobs.c.flavors,
+    jobs.c.admitted_at,
+    jobs.c.wait_reason,
+    jobs.c.wait_message,
+    jobs.c.preempted_by,
+    jobs.c.preemption_deadline,
+)
+"""The columns of the aggregate (not the queueing view, `workload`)."""
+
+_SAVE = (
+    update(jobs)
+    .where(jobs.c.id == bindparam("b_id"))
+    .values(
+        state=bindparam("b_state"),
+        flavors=bindparam("b_flavors"),
+        admitted_at=bindparam("b_admitted_at"),
+        wait_reason=bindparam("b_wait_reason"),
+        wait_message=bindparam("b_wait_message"),
+        preempted_by=bindparam("b_preempted_by"),
+        preemption_deadline=bindparam("b_preemption_deadline"),
+        updated_at=bindparam("b_updated_at"),
+    )
+)
+
+
+def ids_param(ids: Collection[str]) -> Any:
+    """`column = ANY(:ids)`: one array parameter however many ids (no 32k-parameter limit)."""
+    return any_(bindparam("ids", list(ids), type_=ARRAY(String)))
+
 
 class JobRepository:
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncSession, track: Callable[[Job], None] | None = None) -> None:
         self.session = session
+        self._track = track
+        self._stored: dict[str, int] = {}
+        """Job id -> how many of its transitions are in the database (of those in `history`)."""
 
-    async def add(
-        self,
-        job: Job,
-        trace_headers: dict[str, str] | None = None,
-        workload: dict[str, Any] | None = None,
-    ) -> bool:
+    def _seen(self, job: Job, stored: int) -> Job:
+        self._stored[job.id] = stored
+        if self._track is not None:
+            self._track(job)
+        return job
+
+    async def add(self, job: Job, workload: Mapping[str, Any] | None = None) -> bool:
         """Insert a new job; False if a job with that id already exists (an idempotent resubmission).
         `workload` is the queueing view of an accepted job (pod groups and their requests)."""
         result = await self.session.execute(
             pg_insert(jobs)
             .values(
-                id=job.id,
+                **_row(job),
                 name=job.name,
                 tenant=job.tenant,
                 queue=job.queue,
                 priority=job.priority,
-                state=job.state.value,
                 spec=job.spec.model_dump(mode="json") if job.spec else None,
                 errors=[e.model_dump() for e in job.errors],
-                trace_headers=trace_headers or {},
+                trace_headers=job.trace_headers or {},
                 workload=workload,
                 cluster_queue=job.queue if workload is not None else None,
                 submitted_at=job.submitted_at,
-                updated_at=job.history[-1].at,
             )
             .on_conflict_do_nothing(index_elements=[jobs.c.id])
             .returning(jobs.c.id)
         )
         if result.first() is None:
             return False
-        await self._append(job.id, job.history)
+        await self._append([(job.id, t) for t in job.history])
+        self._seen(job, len(job.history))
         return True
 
     async def get(self, job_id: str, *, for_update: bool = False) -> Job | None:
-        query = select(jobs).where(jobs.c.id == job_id)
+        """The job with its whole history."""
+        query = select(*AGGREGATE).where(jobs.c.id == job_id)
         if for_update:
             query = query.with_for_update()
-        row = (await self.session.execute(query)).mappings().first()
+        row = (await self.session.execute(query)).first()
         if row is None:
             return None
-        history = (
-            (
-                await self.session.execute(
-                    select(job_transitions)
-                    .where(job_transitions.c.job_id == job_id)
-                    .order_by(job_transitions.c.seq)
-                )
+        history = [
+            Transition(JobState(h.state), h.reason, h.at)
+            for h in await self.session.execute(
+                select(job_transitions.c.state, job_transitions.c.reason, job_transitions.c.at)
+                .where(job_transitions.c.job_id == job_id)
+                .order_by(job_transitions.c.seq)
             )
-            .mappings()
-            .all()
-        )
-        return _to_job(row, [Transition(JobState(h["state"]), h["reason"], h["at"]) for h in history])
+        ]
+        return self._seen(_to_job(row, history), len(history))
 
-    async def trace_headers(self, job_id: str) -> dict[str, str]:
-        value = await self.session.scalar(select(jobs.c.trace_headers).where(jobs.c.id == job_id))
-        return dict(value or {})
+    async def get_many(self, ids: Collection[str]) -> dict[str, Job]:
+        """Many jobs in one query, without their history (the cycle appends to it, never reads it)."""
+        if not ids:
+            return {}
+        rows = await self.session.execute(select(*AGGREGATE).where(jobs.c.id == ids_param(ids)))
+        return {row.id: self._seen(_to_job(row, []), 0) for row in rows}
 
-    async def save(self, job: Job, new_transitions: Sequence[Transition]) -> None:
-        await self.session.execute(
-            update(jobs).where(jobs.c.id == job.id).values(state=job.state.value, updated_at=func.now())
+    async def active(self) -> list[ActiveJob]:
+        """The queueing view of every queued job and every job holding quota, oldest first."""
+        rows = await self.session.execute(
+            select(
+                jobs.c.id,
+                jobs.c.tenant,
+                jobs.c.queue,
+                jobs.c.priority,
+                jobs.c.state,
+                jobs.c.submitted_at,
+                jobs.c.workload,
+                jobs.c.flavors,
+                jobs.c.admitted_at,
+                jobs.c.wait_reason,
+                jobs.c.wait_message,
+                jobs.c.preempted_by,
+            )
+            .where(jobs.c.state.in_([s.value for s in ACTIVE]), jobs.c.workload.is_not(None))
+            .order_by(jobs.c.submitted_at, jobs.c.id)
         )
-        await self.session.execute(select(change_seq.next_value()))
-        await self._append(job.id, new_transitions)
+        return [
+            ActiveJob(
+                row.id,
+                row.tenant,
+                row.queue,
+                row.priority,
+                JobState(row.state),
+                row.submitted_at,
+                row.workload,
+                tuple(row.flavors or ()),
+                row.admitted_at,
+                _waiting(row.wait_reason, row.wait_message),
+                row.preempted_by,
+            )
+            for row in rows
+        ]
+
+    async def save(self, job: Job) -> None:
+        await self.save_all([job])
+
+    async def save_all(self, changed: Iterable[Job]) -> None:
+        """Write every job that recorded a transition since it was loaded: one UPDATE for all the
+        rows and one INSERT for all the new transitions."""
+        rows: list[dict[str, Any]] = []
+        transitions: list[tuple[str, Transition]] = []
+        for job in changed:
+            stored = self._stored.get(job.id)
+            if stored is None:
+                raise ValueError(f"job {job.id} was not loaded or added through this repository")
+            new = job.history[stored:]
+            if not new:
+                continue
+            rows.append({f"b_{k}": v for k, v in _row(job).items()})
+            transitions.extend((job.id, t) for t in new)
+            self._stored[job.id] = len(job.history)
+        if rows:
+            await self.session.execute(_SAVE, rows)
+        await self._append(transitions)
 
     async def list(
         self,
@@ -91,37 +194,62 @@ class JobRepository:
         queue: str | None = None,
         limit: int = 100,
     ) -> list[Job]:
-        query = select(jobs).order_by(jobs.c.submitted_at.desc()).limit(limit)
+        """The most recent jobs, without their history."""
+        query = select(*AGGREGATE).order_by(jobs.c.submitted_at.desc()).limit(limit)
         if tenant:
             query = query.where(jobs.c.tenant == tenant)
         if queue:
             query = query.where(jobs.c.queue == queue)
         if state:
             query = query.where(jobs.c.state == state)
-        rows = (await self.session.execute(query)).mappings().all()
-        return [_to_job(row, []) for row in rows]
+        return [_to_job(row, []) for row in await self.session.execute(query)]
 
-    async def _append(self, job_id: str, transitions: Sequence[Transition]) -> None:
+    async def _append(self, transitions: Sequence[tuple[str, Transition]]) -> None:
         if transitions:
             await self.session.execute(
                 insert(job_transitions),
                 [
                     {"job_id": job_id, "state": t.state.value, "reason": t.reason, "at": t.at}
-                    for t in transitions
+                    for job_id, t in transitions
                 ],
             )
 
 
+def _row(job: Job) -> dict[str, Any]:
+    """The columns a transition may change."""
+    return {
+        "id": job.id,
+        "state": job.state.value,
+        "flavors": list(job.flavors) if job.flavors else None,
+        "admitted_at": job.admitted_at,
+        "wait_reason": job.waiting[0] if job.waiting else None,
+        "wait_message": job.waiting[1] if job.waiting else None,
+        "preempted_by": job.preempted_by,
+        "preemption_deadline": job.preemption_deadline,
+        "updated_at": job.history[-1].at if job.history else job.submitted_at,
+    }
+
+
+def _waiting(reason: str | None, message: str | None) -> tuple[str, str] | None:
+    return (reason, message or "") if reason is not None else None
+
+
 def _to_job(row: Any, history: list[Transition]) -> Job:
     return Job(
-        id=row["id"],
-        name=row["name"],
-        tenant=row["tenant"],
-        queue=row["queue"],
-        priority=row["priority"],
-        spec=JobSpec.model_validate(row["spec"]) if row["spec"] else None,
-        submitted_at=row["submitted_at"],
-        state=JobState(row["state"]),
+        id=row.id,
+        name=row.name,
+        tenant=row.tenant,
+        queue=row.queue,
+        priority=row.priority,
+        spec=JobSpec.model_validate(row.spec) if row.spec else None,
+        submitted_at=row.submitted_at,
+        state=JobState(row.state),
         history=history,
-        errors=[FieldError.model_validate(e) for e in row["errors"]],
+        errors=[FieldError.model_validate(e) for e in row.errors],
+        flavors=tuple(row.flavors or ()),
+        admitted_at=row.admitted_at,
+        waiting=_waiting(row.wait_reason, row.wait_message),
+        preempted_by=row.preempted_by,
+        preemption_deadline=row.preemption_deadline,
+        trace_headers=dict(row.trace_headers) or None,
     )

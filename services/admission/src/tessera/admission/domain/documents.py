@@ -3,6 +3,7 @@ and its mapping onto the pure queueing model. Pure: pydantic only, no I/O."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -155,6 +156,53 @@ def build_config(
         fair_sharing=FairSharing(fs.enabled, fs.usage_half_life_s, dict(fs.resource_weights)),
         timing=PreemptionTiming(t.checkpoint_grace_s, t.default_grace_s, t.release_timeout_s),
     )
+
+
+@dataclass
+class StoredConfig:
+    """The whole stored configuration, as documents; `build()` checks it."""
+
+    flavors: list[FlavorDoc] = field(default_factory=list)
+    cohorts: list[CohortDoc] = field(default_factory=list)
+    queues: list[QueueDoc] = field(default_factory=list)
+    tenant_queues: list[TenantQueueDoc] = field(default_factory=list)
+    priority_classes: list[PriorityClassDoc] = field(default_factory=list)
+    fair_sharing: FairSharingDoc | None = None
+    timing: TimingDoc | None = None
+
+    @property
+    def open_mode(self) -> bool:
+        """No queue is configured: admission admits every valid job (see ADR 0007)."""
+        return not self.queues
+
+    def build(self) -> QueueingConfig:
+        return build_config(
+            self.flavors,
+            self.cohorts,
+            self.queues,
+            self.tenant_queues,
+            self.priority_classes,
+            self.fair_sharing,
+            self.timing,
+        )
+
+    def merged(self, doc: QueueingDocument) -> StoredConfig:
+        """This configuration with `doc` applied on top (by name), not yet checked."""
+
+        def merge(old: list[Any], new: list[Any], key: str) -> list[Any]:
+            out = {getattr(o, key): o for o in old}
+            out.update({getattr(n, key): n for n in new})
+            return list(out.values())
+
+        return StoredConfig(
+            merge(self.flavors, doc.flavors, "name"),
+            merge(self.cohorts, doc.cohorts, "name"),
+            merge(self.queues, doc.queues, "name"),
+            merge(self.tenant_queues, doc.tenant_queues, "tenant"),
+            merge(self.priority_classes, doc.priority_classes, "name"),
+            doc.fair_sharing or self.fair_sharing,
+            doc.preemption_timing or self.timing,
+        )
 
 
 def dump(doc: BaseModel) -> dict[str, Any]:

@@ -1,13 +1,25 @@
-"""The job aggregate and its lifecycle. Pure: no I/O."""
+"""The job aggregate and its lifecycle. Pure: no I/O.
+
+Every change of a job goes through a method here, checked against `ALLOWED`, and records the
+events it causes in `events`; the unit of work publishes them when it commits. The admission
+cycle decides (`domain/queueing`), then applies each decision through these methods."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
 from tessera.contracts.base import FieldError, Message
-from tessera.contracts.events import JobAccepted, JobAdmitted, JobFinished, JobRejected, JobStateChanged
+from tessera.contracts.events import (
+    JobAccepted,
+    JobAdmitted,
+    JobFinished,
+    JobRejected,
+    JobStateChanged,
+    PreemptionRequested,
+)
 from tessera.contracts.jobs import JobSpec
 
 
@@ -52,9 +64,13 @@ ALLOWED: dict[JobState, frozenset[JobState]] = {
 
 
 class InvalidTransition(ValueError):
-    def __init__(self, job_id: str, current: JobState, target: JobState) -> None:
+    def __init__(self, job_id: str, current: JobState, target: JobState, why: str | None = None) -> None:
         allowed = ", ".join(sorted(ALLOWED.get(current, frozenset()))) or "none (final state)"
-        super().__init__(f"job {job_id}: cannot move from {current} to {target}; allowed: {allowed}")
+        super().__init__(
+            f"job {job_id}: {why}"
+            if why
+            else f"job {job_id}: cannot move from {current} to {target}; allowed: {allowed}"
+        )
         self.current = current
         self.target = target
 
@@ -78,6 +94,15 @@ class Job:
     state: JobState = JobState.SUBMITTED
     history: list[Transition] = field(default_factory=list)
     errors: list[FieldError] = field(default_factory=list)
+    flavors: tuple[str, ...] = ()
+    """The flavor each pod group was admitted in, in pod-group order."""
+    admitted_at: datetime | None = None
+    waiting: tuple[str, str] | None = None
+    """Why a queued job is not admitted yet: (reason, message), as the cycle last said."""
+    preempted_by: str | None = None
+    preemption_deadline: datetime | None = None
+    trace_headers: dict[str, str] | None = None
+    """The trace the job belongs to; its events are published in it."""
     events: list[Message] = field(default_factory=list)
 
     @classmethod
@@ -150,7 +175,107 @@ class Job:
             )
         )
 
-    def admit(self, now: datetime, reason: str = "admitted in FIFO order") -> None:
+    @property
+    def holds_quota(self) -> bool:
+        return self.state in HOLDS_QUOTA
+
+    def admit(
+        self, now: datetime, reason: str = "admitted in FIFO order", flavors: Sequence[str] = ()
+    ) -> None:
+        """Quota is granted in `flavors` (one per pod group): the scheduler may place the job now."""
         self.move(JobState.ADMITTED, reason, now)
         assert self.spec is not None
+        self.flavors = tuple(flavors)
+        self.admitted_at = now
+        self.waiting = None
         self.events.append(JobAdmitted(job_id=self.id, spec=self.spec, submitted_at=self.submitted_at))
+
+    def wait(self, reason: str, message: str, now: datetime) -> None:
+        """A queued job is not admitted this time, and why. Only a new reason is news: the same
+        one again records nothing, and a job that is no longer queued does not wait."""
+        if self.state is not JobState.QUEUED or self.waiting == (reason, message):
+            return
+        self.waiting = (reason, message)
+        self.note(f"waiting: {reason}: {message}", now)
+
+    def request_preemption(
+        self,
+        preemptor: str,
+        reason: str,
+        grace_period_s: float,
+        deadline: datetime,
+        checkpointable: bool,
+        now: datetime,
+    ) -> None:
+        """Ask the job to give its quota back to `preemptor` by `deadline` (after saving a
+        checkpoint when it can); it keeps running until it reports released."""
+        self._must_hold_quota("only a job that holds quota can be asked to give it back")
+        self.preempted_by = preemptor
+        self.preemption_deadline = deadline
+        self.events.append(
+            PreemptionRequested(
+                victim_job_id=self.id,
+                preemptor_job_id=preemptor,
+                reason=reason,
+                deadline=deadline,
+                grace_period_s=grace_period_s,
+                checkpointable=checkpointable,
+            )
+        )
+        self.note(
+            f"preemption requested by {preemptor} ({reason}); grace {grace_period_s:g}s, "
+            f"deadline {deadline.isoformat()}",
+            now,
+        )
+
+    def preempt(
+        self,
+        preemptor: str,
+        reason: str,
+        grace_period_s: float,
+        deadline: datetime,
+        checkpointable: bool,
+        now: datetime,
+    ) -> None:
+        """The release deadline passed: the job is evicted now, its quota already handed on."""
+        self._must_hold_quota("only a job that holds quota can be preempted")
+        self.preempted_by = preemptor
+        self.preemption_deadline = deadline
+        self.events.append(
+            PreemptionRequested(
+                victim_job_id=self.id,
+                preemptor_job_id=preemptor,
+                reason=reason,
+                deadline=deadline,
+                grace_period_s=grace_period_s,
+                checkpointable=checkpointable,
+                forced=True,
+            )
+        )
+        self.move(JobState.PREEMPTED, f"preempted by {preemptor} ({reason}): release deadline passed", now)
+
+    def place(self, pods: int, nodes: Sequence[str], now: datetime) -> None:
+        """The scheduler placed and bound the whole gang."""
+        self.move(JobState.PLACED, f"placed {pods} pods on {', '.join(sorted(set(nodes)))}", now)
+
+    def unschedulable(self, message: str, now: datetime) -> None:
+        """The scheduler cannot place the gang now; the job keeps its quota and waits for room."""
+        if self.state is not JobState.ADMITTED:
+            raise InvalidTransition(
+                self.id, self.state, JobState.ADMITTED, f"is {self.state}: it no longer waits for a placement"
+            )
+        self.note(f"unschedulable: {message}", now)
+
+    def report(self, outcome: JobState, reason: str, now: datetime) -> None:
+        """Whoever runs the job says it runs, ended, or released its resources after a
+        preemption request (the reason then names the preemptor)."""
+        if outcome is JobState.PREEMPTED and self.preempted_by:
+            reason = f"released after preemption by {self.preempted_by}" + (f": {reason}" if reason else "")
+        self.move(outcome, reason or outcome.value, now)
+
+    def cancel(self, reason: str, now: datetime) -> None:
+        self.move(JobState.CANCELLED, reason, now)
+
+    def _must_hold_quota(self, why: str) -> None:
+        if not self.holds_quota:
+            raise InvalidTransition(self.id, self.state, JobState.PREEMPTED, f"is {self.state}: {why}")

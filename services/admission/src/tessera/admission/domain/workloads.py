@@ -4,8 +4,11 @@ admission uses while no queue is configured. Pure."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from tessera.admission.domain.model import JobState
 from tessera.admission.domain.queueing import (
     FlavorQuotas,
     PodGroup,
@@ -21,6 +24,25 @@ from tessera.contracts.jobs import JobSpec
 OPEN_QUEUE = "default"
 OPEN_FLAVOR = "any"
 UNLIMITED = 10**15
+
+
+@dataclass(slots=True)
+class ActiveJob:
+    """What the admission cycle reads of a job that is queued or holds quota: its queueing view,
+    without its spec or history (the cycle rebuilds the engine from thousands of these)."""
+
+    id: str
+    tenant: str
+    queue: str
+    priority: int
+    state: JobState
+    submitted_at: datetime
+    workload: Mapping[str, Any]
+    """Pod groups (`groups_of`) and whether the job may be preempted or checkpointed."""
+    flavors: tuple[str, ...] = ()
+    admitted_at: datetime | None = None
+    waiting: tuple[str, str] | None = None
+    preempted_by: str | None = None
 
 
 def flavor_of_model(model: str) -> str:

@@ -9,10 +9,9 @@ from fastapi import APIRouter, Body, Query, Request, status
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from tessera.admission.adapters.repository import JobRepository
 from tessera.admission.domain.model import InvalidTransition, Job, JobState
 from tessera.admission.domain.queueing import QueueingValidationError
-from tessera.admission.entrypoints.auth import Caller, ctx_of, deps_of
+from tessera.admission.entrypoints.auth import Caller, deps_of
 from tessera.admission.entrypoints.errors import ERRORS, ApiError, ErrorBody
 from tessera.admission.service_layer.handlers import (
     OUTCOMES,
@@ -82,8 +81,7 @@ async def create_job(
     """Submit a job. A tenant's token may submit only as that tenant (to its own queue)."""
     if not caller.admin:
         caller.require_tenant(str(spec.get("tenant", "")), "submit jobs on behalf")
-    ctx = ctx_of(request)
-    async with ctx.uow() as uow:
+    async with deps_of(request).uow() as uow:
         result = await submit_job(spec, uow, request.headers.get("Idempotency-Key"))
         await uow.commit()
     if result.errors:
@@ -101,8 +99,8 @@ async def create_job(
 
 
 async def _visible_job(request: Request, caller: Caller, job_id: str) -> Job:
-    async with ctx_of(request).uow() as uow:
-        job = await JobRepository(uow.session).get(job_id)
+    async with deps_of(request).uow() as uow:
+        job = await uow.jobs.get(job_id)
     if job is None:
         raise ApiError(404, "not_found", f"no job with id {job_id}", "job_id")
     caller.require_tenant(job.tenant, "see or change the jobs", None)
@@ -129,8 +127,8 @@ async def list_jobs(
         if tenant is not None and tenant != caller.tenant:
             caller.require_tenant(tenant, "list the jobs")
         tenant = caller.tenant
-    async with ctx_of(request).uow() as uow:
-        found = await JobRepository(uow.session).list(tenant=tenant, state=state, queue=queue, limit=limit)
+    async with deps_of(request).uow() as uow:
+        found = await uow.jobs.list(tenant=tenant, state=state, queue=queue, limit=limit)
     return [_out(job) for job in found]
 
 
@@ -138,9 +136,8 @@ async def list_jobs(
 async def cancel(request: Request, caller: Caller, job_id: str) -> JobOut:
     """Cancel a queued or running job; the quota it held is free for the next cycle."""
     await _visible_job(request, caller, job_id)
-    ctx = ctx_of(request)
     try:
-        async with ctx.uow() as uow:
+        async with deps_of(request).uow() as uow:
             job = await cancel_job(job_id, uow, "cancelled by request")
             await uow.commit()
     except JobNotFound:
@@ -160,8 +157,7 @@ async def outcome(request: Request, caller: Caller, job_id: str, body: OutcomeIn
     caller.require_admin("report job outcomes")
     if body.state not in OUTCOMES:
         raise ApiError(422, "invalid", f"state must be one of {', '.join(OUTCOMES)}", "state")
-    ctx = ctx_of(request)
-    async with ctx.uow() as uow:
+    async with deps_of(request).uow() as uow:
         try:
             job = await report_outcome(job_id, body.state, body.reason, uow)
         except QueueingValidationError as exc:

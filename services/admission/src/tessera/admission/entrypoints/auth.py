@@ -3,20 +3,16 @@ Tokens are random 32-byte strings stored as their sha256 (see ADR 0007)."""
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import secrets
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
-from sqlalchemy import select
 
-from tessera.admission.adapters.orm import tokens
 from tessera.admission.config import AuthMode
 from tessera.admission.entrypoints.errors import ApiError
 from tessera.admission.service_layer.dependencies import AdmissionDeps
-from tessera.core.runner import ServiceContext
+from tessera.admission.service_layer.tokens import grant_of
 
 
 @dataclass(frozen=True)
@@ -38,26 +34,13 @@ class Principal:
 ADMIN = Principal(None, True)
 
 
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_token() -> str:
-    return "tsr_" + secrets.token_urlsafe(32)
-
-
 def deps_of(request: Request) -> AdmissionDeps:
     deps: AdmissionDeps = request.app.state.deps
     return deps
 
 
-def ctx_of(request: Request) -> ServiceContext:
-    return deps_of(request).ctx
-
-
 async def principal(request: Request) -> Principal:
     deps = deps_of(request)
-    ctx = deps.ctx
     if deps.auth is AuthMode.DISABLED:  # only when configured so; every other mode needs a token
         return ADMIN
     header = request.headers.get("Authorization", "")
@@ -67,15 +50,11 @@ async def principal(request: Request) -> Principal:
     admin = deps.admin_token
     if admin is not None and hmac.compare_digest(admin.get_secret_value(), token):
         return ADMIN
-    async with ctx.engine.connect() as conn:
-        row = (
-            await conn.execute(
-                select(tokens.c.tenant, tokens.c.admin).where(tokens.c.sha256 == hash_token(token))
-            )
-        ).first()
-    if row is None:
+    async with deps.uow() as uow:
+        grant = await grant_of(uow, token)
+    if grant is None:
         raise ApiError(401, "unauthorized", "unknown bearer token", "Authorization")
-    return Principal(row.tenant, bool(row.admin))
+    return Principal(grant.tenant, grant.admin)
 
 
 Caller = Annotated[Principal, Depends(principal)]

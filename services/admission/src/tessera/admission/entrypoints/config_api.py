@@ -11,47 +11,41 @@ from typing import Any
 
 from fastapi import APIRouter, Request, status
 from pydantic import BaseModel
-from sqlalchemy import insert
 
-from tessera.admission.adapters.config_repository import ConfigRepository, StoredConfig
-from tessera.admission.adapters.orm import tokens
 from tessera.admission.domain.documents import (
     CohortDoc,
     FlavorDoc,
     PriorityClassDoc,
     QueueDoc,
     QueueingDocument,
+    StoredConfig,
     TenantQueueDoc,
 )
 from tessera.admission.domain.queueing import QueueingValidationError
-from tessera.admission.entrypoints.auth import Caller, ctx_of, deps_of, hash_token, new_token
+from tessera.admission.entrypoints.auth import Caller, deps_of
 from tessera.admission.entrypoints.errors import ERRORS, ApiError, not_found
 from tessera.admission.entrypoints.queue_status import QueueStatus, queue_status
-from tessera.admission.service_layer.handlers import hold_cycle_off
+from tessera.admission.service_layer.configuration import change_config
+from tessera.admission.service_layer.tokens import issue_token
 
 router = APIRouter(prefix="/v1", responses=ERRORS)
 
 
 async def _write(request: Request, change: Callable[[StoredConfig], StoredConfig]) -> StoredConfig:
-    ctx = ctx_of(request)
-    async with ctx.uow() as uow:
-        await hold_cycle_off(uow)
-        repo = ConfigRepository(uow.session)
-        before = await repo.load()
-        after = change(before)
+    deps = deps_of(request)
+    async with deps.uow() as uow:
         try:
-            after.build()
+            after = await change_config(uow, change)
         except QueueingValidationError as exc:
             raise ApiError(422, "invalid_config", f"{exc.field}: {exc.reason}", exc.field) from None
-        await repo.save(before, after)
         await uow.commit()
-    deps_of(request).wake_cycle()
+    deps.wake_cycle()
     return after
 
 
 async def _read(request: Request) -> StoredConfig:
-    async with ctx_of(request).uow() as uow:
-        return await ConfigRepository(uow.session).load()
+    async with deps_of(request).uow() as uow:
+        return await uow.config.load()
 
 
 def _crud(path: str, model: type[BaseModel], key: str, attr: str, what: str) -> None:
@@ -168,8 +162,8 @@ async def get_config(request: Request, caller: Caller) -> QueueingDocument:
 @router.get("/queues/{name}/status", tags=["queues"], response_model=QueueStatus)
 async def get_queue_status(request: Request, caller: Caller, name: str) -> QueueStatus:
     """Usage, borrowed and lent quota per flavor and resource, pending and admitted jobs."""
-    async with ctx_of(request).uow() as uow:
-        found = await queue_status(uow.session, name)
+    async with deps_of(request).uow() as uow:
+        found = await queue_status(uow, name)
     if found is None:
         raise not_found("queue", name)
     return found
@@ -188,10 +182,7 @@ class TokenOut(BaseModel):
 async def create_token(request: Request, caller: Caller, body: TokenIn) -> TokenOut:
     """A new bearer token for a tenant; shown once, stored hashed."""
     caller.require_admin("create tokens")
-    token = new_token()
-    async with ctx_of(request).uow() as uow:
-        await uow.session.execute(
-            insert(tokens).values(sha256=hash_token(token), tenant=body.tenant, admin=False)
-        )
+    async with deps_of(request).uow() as uow:
+        token = await issue_token(uow, body.tenant)
         await uow.commit()
     return TokenOut(tenant=body.tenant, token=token)

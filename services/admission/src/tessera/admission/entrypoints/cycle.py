@@ -10,12 +10,9 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from sqlalchemy import text
-
-from tessera.admission.service_layer.cycle import run_cycle
+from tessera.admission.service_layer.cycle import change_mark, run_cycle
 from tessera.admission.service_layer.dependencies import AdmissionDeps
 from tessera.core import faults
-from tessera.core.runner import ServiceContext
 from tessera.core.waits import wait_any
 
 log = logging.getLogger(__name__)
@@ -23,11 +20,6 @@ log = logging.getLogger(__name__)
 
 def wake_cycle(deps: AdmissionDeps) -> None:
     deps.wake_cycle()
-
-
-async def _change_mark(ctx: ServiceContext) -> int:
-    async with ctx.engine.connect() as conn:
-        return int((await conn.execute(text("SELECT last_value FROM admission.change_seq"))).scalar_one())
 
 
 async def admission_cycle(deps: AdmissionDeps) -> None:
@@ -42,12 +34,13 @@ async def admission_cycle(deps: AdmissionDeps) -> None:
         woken = wake.is_set()
         wake.clear()
         try:
-            mark = await _change_mark(ctx)
+            async with deps.uow() as uow:
+                mark = await change_mark(uow)
             due = next_deadline is not None and datetime.now(UTC) >= next_deadline
             if woken or due or mark != last_mark or time.monotonic() - last_full >= full_every:
                 last_mark = mark
                 last_full = time.monotonic()
-                async with ctx.uow() as uow:
+                async with deps.uow() as uow:
                     report = await run_cycle(
                         uow, before_commit=lambda: faults.hit("admission.cycle.before_commit")
                     )

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from pydantic import BaseModel
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from tessera.admission.domain.model import HOLDS_QUOTA, JobState
 from tessera.admission.service_layer.cycle_state import load_cycle_state
+from tessera.admission.service_layer.unit_of_work import AdmissionUnitOfWork
 
 
 class ResourceStatus(BaseModel):
@@ -47,8 +47,8 @@ def _order(flavors: tuple[str, ...], fr: tuple[str, str]) -> tuple[int, int, str
     return flavors.index(fr[0]), _RESOURCE_ORDER.get(fr[1], 2), fr[1]
 
 
-async def queue_status(session: AsyncSession, name: str, show: int = 50) -> QueueStatus | None:
-    state = await load_cycle_state(session, datetime.now(UTC))
+async def queue_status(uow: AdmissionUnitOfWork, name: str, show: int = 50) -> QueueStatus | None:
+    state = await load_cycle_state(uow, datetime.now(UTC))
     spec = state.config.queues.get(name)
     if spec is None:
         return None
@@ -87,6 +87,13 @@ async def queue_status(session: AsyncSession, name: str, show: int = 50) -> Queu
         resources=resources,
         pending=len(pending),
         admitted=len(admitted),
-        pending_jobs=[PendingJob(id=j.id, reason=j.wait[0], message=j.wait[1]) for j in pending[:show]],
+        pending_jobs=[
+            PendingJob(
+                id=j.id,
+                reason=j.waiting[0] if j.waiting else None,
+                message=j.waiting[1] if j.waiting else None,
+            )
+            for j in pending[:show]
+        ],
         admitted_jobs=[j.id for j in admitted[:show]],
     )

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pydantic import SecretStr
 
 from tessera.admission.config import AdmissionSettings, AuthMode
-from tessera.core.db.uow import UnitOfWork
+from tessera.admission.service_layer.unit_of_work import AdmissionUnitOfWork
 from tessera.core.runner import ServiceContext
 
 
@@ -32,8 +32,8 @@ class AdmissionDeps:
             full_cycle_interval_s=settings.full_cycle_interval_s,
         )
 
-    def uow(self) -> UnitOfWork:
-        uow: UnitOfWork = self.ctx.uow()
+    def uow(self) -> AdmissionUnitOfWork:
+        uow: AdmissionUnitOfWork = self.ctx.uow()
         return uow
 
     def wake_cycle(self) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tessera.checkpoint_client.format import pieces_for
+from tessera.checkpoint_client.format import effective_chunk_bytes, pieces_for
 from tessera.checkpoint_client.staging import ALIGN, plan_layout
 from tessera.checkpoint_client.tree import (
     NumpyAdapter,
@@ -124,3 +124,11 @@ def test_the_core_never_imports_torch(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_small_states_get_smaller_chunks_so_writes_and_fsyncs_overlap() -> None:
+    mib = 1 << 20
+    assert effective_chunk_bytes(64 * mib, 64 * mib) == 8 * mib
+    assert effective_chunk_bytes(4 << 30, 64 * mib) == 64 * mib
+    assert effective_chunk_bytes(10 * mib, 64 * mib) == 4 * mib  # never below 4 MiB
+    assert effective_chunk_bytes(10_000, 4096) == 4096  # never above what was asked

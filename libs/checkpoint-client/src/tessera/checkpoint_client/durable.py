@@ -25,6 +25,7 @@ from tessera.checkpoint_client.format import (
     TensorEntry,
     chunk_name,
     dir_name,
+    effective_chunk_bytes,
     parse_dir_name,
     pieces_for,
 )
@@ -73,6 +74,7 @@ def write_checkpoint(
     directory = store.join(job_dir(store, job_id), dir_name(step, checkpoint_id))
     store.makedirs(directory)
     total = int(arena.nbytes)
+    chunk_bytes = effective_chunk_bytes(total, chunk_bytes)
     chunks = [
         (chunk_name(i), memoryview(arena[start : start + chunk_bytes]))  # type: ignore[arg-type]
         for i, start in enumerate(range(0, total, chunk_bytes))
@@ -107,7 +109,7 @@ def write_checkpoint(
         objects=[ObjectEntry(name=name, path=list(path), value=value) for name, path, value in objects],
         metadata=metadata or {},
     )
-    store.write_atomic(store.join(directory, MANIFEST), manifest.model_dump_json(indent=1).encode())
+    store.publish(directory, MANIFEST, manifest.model_dump_json(indent=1).encode())
     return Written(store.uri(directory), directory, total, manifest)
 
 

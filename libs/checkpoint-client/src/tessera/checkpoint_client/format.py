@@ -21,6 +21,8 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 TMP_SUFFIX = ".tmp"
 DEFAULT_CHUNK_BYTES = 64 << 20
+PIPELINE_CHUNKS = 8  # a state is cut in at least this many chunks...
+MIN_CHUNK_BYTES = 4 << 20  # ...unless they would be smaller than this
 
 _DIR = re.compile(r"^step-(\d+)-([0-9a-z]+)$")
 
@@ -32,6 +34,14 @@ def dir_name(step: int, checkpoint_id: str) -> str:
 def parse_dir_name(name: str) -> tuple[int, str] | None:
     m = _DIR.match(name)
     return (int(m.group(1)), m.group(2)) if m else None
+
+
+def effective_chunk_bytes(total: int, chunk_bytes: int) -> int:
+    """`chunk_bytes` is the largest chunk; a small state gets smaller chunks (at least PIPELINE_CHUNKS of
+    them, none under MIN_CHUNK_BYTES) so that writing one overlaps the fsync of the one before."""
+    wanted = -(-total // PIPELINE_CHUNKS)
+    wanted = -(-wanted // (1 << 20)) * (1 << 20)
+    return min(chunk_bytes, max(MIN_CHUNK_BYTES, wanted))
 
 
 def chunk_name(index: int) -> str:

@@ -44,7 +44,10 @@ class Store(Protocol):
         """Write every chunk durably under its name; returns their CRC-32C."""
         ...
 
-    def write_atomic(self, path: str, data: bytes) -> None: ...
+    def publish(self, directory: str, name: str, data: bytes) -> None:
+        """After `write_chunks` into `directory`: make their renames durable, then write `name` atomically;
+        once this returns, the directory and all it holds survive a crash."""
+        ...
 
     def listdir(self, path: str) -> list[str]: ...
 
@@ -87,6 +90,7 @@ class LocalStore:
 
     def __init__(self, root: str) -> None:
         self.root = root
+        self._unsynced: set[str] = set()  # directories whose new entries are not durable yet
 
     def join(self, *parts: str) -> str:
         return os.path.join(*parts)
@@ -101,8 +105,7 @@ class LocalStore:
             missing.append(head)
             head = os.path.dirname(head)
         os.makedirs(path, exist_ok=True)
-        for created in reversed(missing):  # the new entries are durable in their parents
-            fsync_dir(os.path.dirname(created))
+        self._unsynced.update(os.path.dirname(created) for created in missing)  # fsynced by `publish`
 
     def write_chunks(self, directory: str, chunks: Sequence[tuple[str, memoryview]]) -> list[int]:
         crcs = []
@@ -127,19 +130,30 @@ class LocalStore:
                 for pending in in_flight:  # after a failure: every fd still gets closed
                     with contextlib.suppress(Exception):
                         pending.result()
-        fsync_dir(directory)
+        self._unsynced.add(directory)  # the renames: made durable by `publish` before the manifest's
         return crcs
 
-    def write_atomic(self, path: str, data: bytes) -> None:
+    def publish(self, directory: str, name: str, data: bytes) -> None:
+        """The manifest is written and fsynced while the data renames are being made durable (the two are
+        independent); only its rename waits for both. Then the directory and any new parent are fsynced."""
+        path = os.path.join(directory, name)
         tmp = path + TMP_SUFFIX
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            write_crc(lambda b: os.write(fd, b), memoryview(data))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-        fsync_dir(os.path.dirname(path))
+        with ThreadPoolExecutor(1, thread_name_prefix="tessera-ckpt-fsync") as syncer:
+            renames = syncer.submit(fsync_dir, directory)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                write_crc(lambda b: os.write(fd, b), memoryview(data))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            renames.result()
+            os.rename(tmp, path)
+            parents = sorted(self._unsynced - {directory})
+            synced = [syncer.submit(fsync_dir, p) for p in parents]
+            fsync_dir(directory)
+            for done in synced:
+                done.result()
+        self._unsynced.clear()
 
     def listdir(self, path: str) -> list[str]:
         try:
@@ -236,6 +250,9 @@ class FsspecStore:
         with self.fs.open(tmp, "wb") as f:
             f.write(data)
         self.fs.mv(tmp, path)
+
+    def publish(self, directory: str, name: str, data: bytes) -> None:
+        self.write_atomic(posixpath.join(directory, name), data)
 
     def listdir(self, path: str) -> list[str]:
         try:

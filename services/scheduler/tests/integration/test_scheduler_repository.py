@@ -1,19 +1,26 @@
-"""The scheduler's repository on real Postgres: the shapes of the latest GPU placements, which the
-fragmentation score learns its typical workload from."""
+"""The scheduler's repository and unit of work on real Postgres: the shapes of the latest GPU
+placements, which the fragmentation score learns its typical workload from; and the rules the
+handlers' unit tests rely on in memory (a repeated gang is queued once, a withdrawal forces an
+earlier request, after-commit callbacks run on commit only)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
+from tessera.contracts.events import PreemptionRequested
 from tessera.core.db.engine import async_url
 from tessera.core.db.migrations import migrate
-from tessera.scheduler.adapters.repository import PlacementRow, SchedulerRepository
+from tessera.scheduler.adapters import orm
+from tessera.scheduler.adapters.repository import PlacementRow, SqlSchedulerRepository
 from tessera.scheduler.domain.placement import OPENB_TYPICAL_WORKLOAD, PodShape
 from tessera.scheduler.service_layer.rebuild import learn_typical_workload
+from tessera.scheduler.service_layer.unit_of_work import SchedulerUnitOfWork
+from tessera.testing.builders import a_job
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +43,7 @@ async def test_recent_gpu_shapes_are_the_latest_gpu_placements_newest_first(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     async with sessions() as session, session.begin():
-        await SchedulerRepository(session).record_placements(
+        await SqlSchedulerRepository(session).record_placements(
             [
                 row("job-a", "default/a-0", ((0, 1000), (1, 1000))),
                 row("job-a", "default/a-1", ((2, 1000), (3, 1000))),
@@ -44,10 +51,10 @@ async def test_recent_gpu_shapes_are_the_latest_gpu_placements_newest_first(
             ]
         )
     async with sessions() as session, session.begin():
-        await SchedulerRepository(session).record_placements([row("job-b", "default/b-0", ((4, 250),))])
+        await SqlSchedulerRepository(session).record_placements([row("job-b", "default/b-0", ((4, 250),))])
 
     async with sessions() as session, session.begin():
-        repo = SchedulerRepository(session)
+        repo = SqlSchedulerRepository(session)
         latest = await repo.recent_gpu_shapes(10)
         only_newest = await repo.recent_gpu_shapes(1)
         learnt = await learn_typical_workload(repo)
@@ -56,3 +63,53 @@ async def test_recent_gpu_shapes_are_the_latest_gpu_placements_newest_first(
     assert latest == [PodShape(4_000, 16_384, 1, 250), pair, pair]
     assert only_newest == [PodShape(4_000, 16_384, 1, 250)]
     assert learnt == OPENB_TYPICAL_WORKLOAD, "three GPU pods are too few: the cold-start workload stays"
+
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+
+
+def unit(sessions: async_sessionmaker[AsyncSession]) -> SchedulerUnitOfWork:
+    return SchedulerUnitOfWork(sessions, orm.outbox, orm.inbox, "tessera/scheduler")
+
+
+async def test_after_commit_callbacks_run_on_commit_and_never_on_rollback(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    called: list[str] = []
+    async with unit(sessions) as uow:
+        uow.after_commit(lambda: called.append("rolled back"))
+    async with unit(sessions) as uow:
+        uow.after_commit(lambda: called.append("committed"))
+        assert called == []
+        await uow.commit()
+
+    assert called == ["committed"]
+
+
+async def test_a_gang_is_queued_once_and_a_withdrawal_forces_an_earlier_request(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    spec = a_job("job-1").build()
+    async with unit(sessions) as uow:
+        first = await uow.repo.add_pending("job-1", spec, T0)
+        again = await uow.repo.add_pending("job-1", spec, T0 + timedelta(hours=1))
+        await uow.repo.add_preemption(
+            PreemptionRequested(
+                victim_job_id="job-1",
+                preemptor_job_id="job-9",
+                reason="InQueuePriority",
+                deadline=T0 + timedelta(days=1),
+                grace_period_s=30,
+                checkpointable=True,
+            )
+        )
+        await uow.repo.add_withdrawal("job-1", "job cancelled: user asked", T0)
+        await uow.commit()
+
+    async with unit(sessions) as uow:
+        pending = await uow.repo.pending()
+        due = await uow.repo.due_preemptions(T0.timestamp())
+
+    assert (first, again) == (True, False)
+    assert [(row.job_id, row.submitted_at) for row in pending] == [("job-1", T0)]
+    assert [(p.job_id, p.preemptor_job_id) for p in due] == [("job-1", "job-9")], "forced, preemptor kept"

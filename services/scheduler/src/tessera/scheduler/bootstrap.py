@@ -8,7 +8,6 @@ from kubernetes.client import ApiClient
 
 from tessera.cluster.kube import KubernetesCluster, api_client
 from tessera.contracts import subjects
-from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import ConsumerSpec
 from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 from tessera.scheduler.adapters import orm
@@ -19,12 +18,13 @@ from tessera.scheduler.entrypoints.loop import scheduling_loop
 from tessera.scheduler.service_layer import handlers
 from tessera.scheduler.service_layer.dependencies import ClusterConnection, SchedulerDeps
 from tessera.scheduler.service_layer.engine import SchedulingEngine
+from tessera.scheduler.service_layer.unit_of_work import SchedulerUnitOfWork
 
 # Turns the API client into the `Cluster` port; tests wrap the adapter to inject failures.
 ClusterFactory = Callable[[ApiClient], KubernetesCluster]
 
 
-def consumers(deps: SchedulerDeps) -> list[ConsumerSpec[UnitOfWork]]:
+def consumers(deps: SchedulerDeps) -> list[ConsumerSpec[SchedulerUnitOfWork]]:
     engine, evt = deps.engine, "telemetry"
     return [
         ConsumerSpec(
@@ -67,6 +67,7 @@ def build(
         name="scheduler",
         outbox=orm.outbox,
         inbox=orm.inbox,
+        unit_of_work=SchedulerUnitOfWork,
         dependencies=dependencies,
         consumers=consumers,
         background=[scheduling_loop],

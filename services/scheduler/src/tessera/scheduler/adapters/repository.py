@@ -1,7 +1,8 @@
 """The scheduler's state in Postgres: inventory, placements, and pending gangs with their queue state.
 
 Everything the scheduler decides is here (or on the cluster), so a restart rebuilds the cache and
-the queue from it: nothing lives only in memory.
+the queue from it: nothing lives only in memory. `SchedulerRepository` is what the service layer
+sees; `SqlSchedulerRepository` keeps every query in this module.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import delete, event, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -17,7 +18,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from tessera.contracts.events import NodeInventory, PreemptionRequested
 from tessera.contracts.jobs import JobSpec
-from tessera.core.db.uow import UnitOfWork
 from tessera.scheduler.adapters.orm import (
     decision_version,
     inventory_nodes,
@@ -67,7 +67,105 @@ class PlacementRow:
     memory_mib: int
 
 
-def after_commit(session: AsyncSession, callback: Callable[[], None]) -> None:
+class SchedulerRepository(Protocol):
+    """The scheduler's stored state, as the handlers and the scheduling loop use it."""
+
+    # -- decisions: one at a time across replicas ------------------------------------------------
+
+    async def lock_for_decision(self) -> None:
+        """Hold the scheduling lock until the transaction ends."""
+        ...
+
+    async def decision_version(self) -> int: ...
+
+    async def bump_decision_version(self) -> int:
+        """Record that this cycle decided something; returns the new version."""
+        ...
+
+    # -- inventory -------------------------------------------------------------------------------
+
+    async def replace_inventory(self, source: str, nodes: list[NodeInventory]) -> None:
+        """The nodes ``source`` reports become exactly ``nodes`` (others' nodes stay)."""
+        ...
+
+    async def mark_gpu_unhealthy(self, node: str, gpu_uuid: str) -> None:
+        """Keep a GPU's fault in the stored inventory until the next report; unknown nodes are ignored."""
+        ...
+
+    async def inventory_stamp(self) -> tuple[int, datetime | None]:
+        """Changes whenever a node is added, removed or updated: (count, last update)."""
+        ...
+
+    async def inventory(self) -> list[NodeInventory]: ...
+
+    # -- pending gangs ---------------------------------------------------------------------------
+
+    async def add_pending(
+        self,
+        job_id: str,
+        spec: JobSpec | None,
+        submitted_at: datetime,
+        *,
+        source: str = JOB,
+        priority: int | None = None,
+        trace: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Queue a gang unless it is known already; returns whether it was new."""
+        ...
+
+    async def pending(self, only: Iterable[str] | None = None) -> list[PendingGang]:
+        """Pending gangs by priority then submit time; ``only`` restricts them to those ids."""
+        ...
+
+    async def pending_ids(self) -> set[str]: ...
+
+    async def record_requeued(
+        self, job_id: str, attempts: int, reason_code: str, message: str, backoff_until: float
+    ) -> None: ...
+
+    async def remove_pending(self, job_id: str) -> None: ...
+
+    # -- placements ------------------------------------------------------------------------------
+
+    async def record_placements(self, rows: Iterable[PlacementRow]) -> None:
+        """Store each placement; a pod already placed keeps its row."""
+        ...
+
+    async def placements(self) -> list[PlacementRow]:
+        """Every placement in force, oldest first."""
+        ...
+
+    async def recent_gpu_shapes(self, limit: int) -> list[PodShape]:
+        """The shapes of the latest ``limit`` placements that hold GPU milli, newest first."""
+        ...
+
+    async def is_placed(self, job_id: str) -> bool: ...
+
+    async def release_pod(self, pod: str) -> None: ...
+
+    async def release_job(self, job_id: str) -> None: ...
+
+    # -- preemptions -----------------------------------------------------------------------------
+
+    async def add_preemption(self, request: PreemptionRequested) -> None:
+        """Record a request; a repeat (say, now forced) replaces the earlier one."""
+        ...
+
+    async def add_withdrawal(self, job_id: str, reason: str, at_time: datetime) -> None:
+        """The job left admission for good: kept with the preemptions (no preemptor), forced; an
+        earlier request for the job keeps its fields and becomes forced."""
+        ...
+
+    async def due_preemptions(self, now: float) -> list[Preemption]:
+        """Victims to evict now: they cannot checkpoint, the request is forced, or the deadline passed."""
+        ...
+
+    async def next_preemption_deadline(self) -> float | None: ...
+
+    async def remove_preemption(self, job_id: str) -> None: ...
+
+
+def call_after_commit(session: AsyncSession, callback: Callable[[], None]) -> None:
     """Call ``callback`` once the session's transaction has committed (never on a rollback)."""
     event.listen(session.sync_session, "after_commit", lambda _session: callback(), once=True)
 
@@ -76,18 +174,9 @@ def at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-class SchedulerRepository:
+class SqlSchedulerRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
-
-    @classmethod
-    def of(cls, uow: UnitOfWork) -> SchedulerRepository:
-        """The repository on a unit of work's transaction (the service layer never sees a session)."""
-        return cls(uow.session)
-
-    def after_commit(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once this transaction has committed (never on a rollback)."""
-        after_commit(self.session, callback)
 
     async def lock_for_decision(self) -> None:
         await self.session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEDULING_LOCK})

@@ -43,6 +43,7 @@ from tessera.scheduler.service_layer.gangs import (
 from tessera.scheduler.service_layer.outcomes import GangInfo, record_outcome
 from tessera.scheduler.service_layer.preemption import preempt_due
 from tessera.scheduler.service_layer.rebuild import learn_typical_workload, rebuild
+from tessera.scheduler.service_layer.unit_of_work import SchedulerUnitOfWork
 from tessera.scheduler.service_layer.watches import WatchState, native_keys
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)
 # (a rebuild learns it too).
 WORKLOAD_REFRESH_S = 300.0
 
-UowFactory = Callable[[], UnitOfWork]
+UowFactory = Callable[[], SchedulerUnitOfWork]
 
 
 class SchedulingEngine:
@@ -133,7 +134,7 @@ class SchedulingEngine:
         """One scheduling cycle; returns the gang scheduler's outcomes."""
         self.cycles += 1
         async with self._uow() as uow:
-            repo = SchedulerRepository.of(uow)
+            repo = uow.repo
             await repo.lock_for_decision()
             now = self.clock()
             outcomes: list[GangOutcome] = []

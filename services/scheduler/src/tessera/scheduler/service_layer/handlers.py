@@ -6,6 +6,9 @@ scheduler's lock, so a redelivered or batched message only ever queues a gang on
 
 from __future__ import annotations
 
+from typing import Protocol, TypeVar
+
+from tessera.contracts.base import Message
 from tessera.contracts.events import (
     GpuUnhealthy,
     InventoryChanged,
@@ -13,82 +16,94 @@ from tessera.contracts.events import (
     JobFinished,
     PreemptionRequested,
 )
-from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import Handler, PermanentError
-from tessera.core.messaging.envelope import Envelope
+from tessera.core.messaging.envelope import Envelope, EnvelopeError
 from tessera.core.observability.tracing import current_trace_headers
-from tessera.scheduler.adapters.repository import SchedulerRepository
-from tessera.scheduler.service_layer.engine import SchedulingEngine
+from tessera.scheduler.service_layer.unit_of_work import SchedulerUnitOfWork
+
+M = TypeVar("M", bound=Message)
 
 
-def job_admitted_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
-    async def handle_job_admitted(envelope: Envelope, uow: UnitOfWork) -> None:
-        event = envelope.parse()
-        if not isinstance(event, JobAdmitted):
-            raise PermanentError(f"expected job_admitted, got {envelope.type}")
-        repo = SchedulerRepository.of(uow)
-        if await repo.is_placed(event.job_id):
+class SchedulingLoop(Protocol):
+    """What the handlers tell the scheduling loop (the `SchedulingEngine`), always after commit."""
+
+    def wake(self) -> None:
+        """Run a cycle soon: something it reads has changed."""
+        ...
+
+    def gpu_unhealthy(self, node: str, index: int) -> None:
+        """Place nothing more on this GPU (and run a cycle soon)."""
+        ...
+
+
+def parse_as(envelope: Envelope, kind: type[M]) -> M:
+    """The body as ``kind``; another type or a body that fails its schema can never be handled."""
+    try:
+        message = envelope.parse()
+    except EnvelopeError as exc:
+        raise PermanentError(str(exc)) from exc
+    if not isinstance(message, kind):
+        raise PermanentError(f"expected {kind.TYPE}, got {envelope.type}")
+    return message
+
+
+def job_admitted_handler(loop: SchedulingLoop) -> Handler[SchedulerUnitOfWork]:
+    """Queue the admitted job's gang once: a repeat, or a job already placed, changes nothing."""
+
+    async def handle_job_admitted(envelope: Envelope, uow: SchedulerUnitOfWork) -> None:
+        event = parse_as(envelope, JobAdmitted)
+        if await uow.repo.is_placed(event.job_id):
             return
-        if await repo.add_pending(
+        if await uow.repo.add_pending(
             event.job_id, event.spec, event.submitted_at, trace=current_trace_headers()
         ):
-            repo.after_commit(engine.wake)
+            uow.after_commit(loop.wake)
 
     return handle_job_admitted
 
 
-def inventory_changed_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
-    async def handle_inventory_changed(envelope: Envelope, uow: UnitOfWork) -> None:
-        event = envelope.parse()
-        if not isinstance(event, InventoryChanged):
-            raise PermanentError(f"expected inventory_changed, got {envelope.type}")
-        repo = SchedulerRepository.of(uow)
-        await repo.replace_inventory(event.source, event.nodes)
-        repo.after_commit(engine.wake)
+def inventory_changed_handler(loop: SchedulingLoop) -> Handler[SchedulerUnitOfWork]:
+    """The reporting source's nodes become the ones reported (inventory mode places on them)."""
+
+    async def handle_inventory_changed(envelope: Envelope, uow: SchedulerUnitOfWork) -> None:
+        event = parse_as(envelope, InventoryChanged)
+        await uow.repo.replace_inventory(event.source, event.nodes)
+        uow.after_commit(loop.wake)
 
     return handle_inventory_changed
 
 
-def gpu_unhealthy_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
+def gpu_unhealthy_handler(loop: SchedulingLoop) -> Handler[SchedulerUnitOfWork]:
     """A GPU went bad: new pods avoid it (its pods stay; telemetry and operators decide about them)."""
 
-    async def handle_gpu_unhealthy(envelope: Envelope, uow: UnitOfWork) -> None:
-        event = envelope.parse()
-        if not isinstance(event, GpuUnhealthy):
-            raise PermanentError(f"expected gpu_unhealthy, got {envelope.type}")
-        repo = SchedulerRepository.of(uow)
-        await repo.mark_gpu_unhealthy(event.node, event.gpu_uuid)
-        repo.after_commit(lambda: engine.gpu_unhealthy(event.node, event.gpu_index))
+    async def handle_gpu_unhealthy(envelope: Envelope, uow: SchedulerUnitOfWork) -> None:
+        event = parse_as(envelope, GpuUnhealthy)
+        await uow.repo.mark_gpu_unhealthy(event.node, event.gpu_uuid)
+        uow.after_commit(lambda: loop.gpu_unhealthy(event.node, event.gpu_index))
 
     return handle_gpu_unhealthy
 
 
-def preemption_requested_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
+def preemption_requested_handler(loop: SchedulingLoop) -> Handler[SchedulerUnitOfWork]:
     """Admission wants a victim's quota back: the loop evicts it when the request is due."""
 
-    async def handle_preemption_requested(envelope: Envelope, uow: UnitOfWork) -> None:
-        event = envelope.parse()
-        if not isinstance(event, PreemptionRequested):
-            raise PermanentError(f"expected preemption_requested, got {envelope.type}")
-        repo = SchedulerRepository.of(uow)
-        await repo.add_preemption(event)
-        repo.after_commit(engine.wake)
+    async def handle_preemption_requested(envelope: Envelope, uow: SchedulerUnitOfWork) -> None:
+        event = parse_as(envelope, PreemptionRequested)
+        await uow.repo.add_preemption(event)
+        uow.after_commit(loop.wake)
 
     return handle_preemption_requested
 
 
-def job_finished_handler(engine: SchedulingEngine) -> Handler[UnitOfWork]:
+def job_finished_handler(loop: SchedulingLoop) -> Handler[SchedulerUnitOfWork]:
     """The job left admission for good: the loop lets go of whatever it holds or waits for."""
 
-    async def handle_job_finished(envelope: Envelope, uow: UnitOfWork) -> None:
-        event = envelope.parse()
-        if not isinstance(event, JobFinished):
-            raise PermanentError(f"expected job_finished, got {envelope.type}")
+    async def handle_job_finished(envelope: Envelope, uow: SchedulerUnitOfWork) -> None:
+        event = parse_as(envelope, JobFinished)
         if event.state == "preempted":
             # Evicted through preemption_requested already; the job may be queued and admitted again.
             return
-        repo = SchedulerRepository.of(uow)
-        await repo.add_withdrawal(event.job_id, f"job {event.state}: {event.reason}", event.at)
-        repo.after_commit(engine.wake)
+        await uow.repo.add_withdrawal(event.job_id, f"job {event.state}: {event.reason}", event.at)
+        uow.after_commit(loop.wake)
 
     return handle_job_finished

@@ -17,6 +17,7 @@ from tessera.core.db.engine import async_url
 from tessera.core.db.migrations import migrate
 from tessera.scheduler.adapters import orm
 from tessera.scheduler.adapters.repository import PlacementRow, SqlSchedulerRepository
+from tessera.scheduler.config import WorkloadProfileSettings
 from tessera.scheduler.domain.placement import OPENB_TYPICAL_WORKLOAD, PodShape
 from tessera.scheduler.service_layer.rebuild import learn_typical_workload
 from tessera.scheduler.service_layer.unit_of_work import SchedulerUnitOfWork
@@ -57,7 +58,7 @@ async def test_recent_gpu_shapes_are_the_latest_gpu_placements_newest_first(
         repo = SqlSchedulerRepository(session)
         latest = await repo.recent_gpu_shapes(10)
         only_newest = await repo.recent_gpu_shapes(1)
-        learnt = await learn_typical_workload(repo)
+        learnt = await learn_typical_workload(repo, WorkloadProfileSettings())
 
     pair = PodShape(4_000, 16_384, 2, 1000)
     assert latest == [PodShape(4_000, 16_384, 1, 250), pair, pair]

@@ -28,7 +28,7 @@ CPU_ONLY = PodShape(cpu_milli=1_000, memory_mib=1_000)
 
 
 def test_too_few_placements_keep_the_openb_workload() -> None:
-    assert typical_workload([]) == OPENB_TYPICAL_WORKLOAD
+    assert typical_workload([], min_pods=50) == OPENB_TYPICAL_WORKLOAD
     assert typical_workload([EIGHT] * 49, min_pods=50) == OPENB_TYPICAL_WORKLOAD
 
 
@@ -76,7 +76,7 @@ def test_the_fragmentation_score_follows_the_learnt_workload() -> None:
         state, pod, cache.snapshot()
     )
     snapshot = cache.snapshot()
-    score = FragmentationScore(typical_workload([]), ["A100-80GB"])
+    score = FragmentationScore(typical_workload([], min_pods=50), ["A100-80GB"])
 
     def gap() -> int:
         return score.score(state, pod, snapshot.node("lone")) - score.score(state, pod, snapshot.node("pair"))

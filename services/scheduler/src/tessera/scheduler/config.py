@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Self
 
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field, model_validator
 
 from tessera.core.settings import ServiceSettings, http_port, service_config
 
@@ -24,6 +25,32 @@ class GangSettings(BaseModel):
     max_parked_s: float = Field(300.0, gt=0, description="a parked gang is retried at least this often")
 
 
+class WorkloadProfileSettings(BaseModel):
+    """How the fragmentation score learns its typical workload from the latest placements (ADR 0011)."""
+
+    sample_size: int = Field(
+        1000, gt=0, description="how many of the latest placements that hold GPU milli make the sample"
+    )
+    min_gpu_pods: int = Field(
+        50,
+        gt=0,
+        description="with fewer GPU pods in the sample the openb workload stays: "
+        "a handful of jobs must not decide the whole profile",
+    )
+    refresh_s: float = Field(
+        300.0, gt=0, description="the loop learns the workload again this often (a rebuild learns it too)"
+    )
+
+    @model_validator(mode="after")
+    def _enough_can_be_sampled(self) -> Self:
+        if self.min_gpu_pods > self.sample_size:
+            raise ValueError(
+                f"min_gpu_pods ({self.min_gpu_pods}) exceeds sample_size ({self.sample_size}): "
+                "the workload would never be learnt"
+            )
+        return self
+
+
 class SchedulerSettings(ServiceSettings):
     model_config = service_config("scheduler")
 
@@ -35,6 +62,7 @@ class SchedulerSettings(ServiceSettings):
     )
     namespace: str = Field("default", min_length=1, description="where the pods of admitted jobs are created")
     gang: GangSettings = GangSettings()
+    workload_profile: WorkloadProfileSettings = WorkloadProfileSettings()
     poll_s: float = Field(1.0, gt=0, description="the scheduling loop wakes at least this often")
     bind_timeout_s: float = Field(30.0, gt=0)
     cluster_sync_timeout_s: float = Field(30.0, gt=0, description="how long to wait for the first lists")

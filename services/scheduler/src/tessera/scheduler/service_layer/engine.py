@@ -48,10 +48,6 @@ from tessera.scheduler.service_layer.watches import WatchState, native_keys
 
 log = logging.getLogger(__name__)
 
-# How often the typical workload of the fragmentation score is learnt again from the placements
-# (a rebuild learns it too).
-WORKLOAD_REFRESH_S = 300.0
-
 UowFactory = Callable[[], SchedulerUnitOfWork]
 
 
@@ -215,12 +211,12 @@ class SchedulingEngine:
     async def _learn_typical_workload(self, repo: SchedulerRepository, now: float) -> None:
         """Every so often, the fragmentation score learns the workload again from the placements."""
         assert self.state is not None
-        state = self.state
+        state, profile = self.state, self.settings.workload_profile
         if state.fragmentation is None:
             return
-        if state.workload_learnt_at is not None and now - state.workload_learnt_at < WORKLOAD_REFRESH_S:
+        if state.workload_learnt_at is not None and now - state.workload_learnt_at < profile.refresh_s:
             return
-        state.fragmentation.expect(await learn_typical_workload(repo))
+        state.fragmentation.expect(await learn_typical_workload(repo, profile))
         state.workload_learnt_at = now
 
     async def _sync_pending(self, repo: SchedulerRepository, now: float) -> None:

@@ -27,7 +27,7 @@ from tessera.core.observability.tracing import tracer
 from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL, ClusterBinder, InventoryBinder
 from tessera.scheduler.adapters.repository import JOB, PODGROUP, PendingGang, SchedulerRepository
-from tessera.scheduler.config import SchedulerSettings
+from tessera.scheduler.config import SchedulerSettings, WorkloadProfileSettings
 from tessera.scheduler.domain.framework.cluster_view import node_info
 from tessera.scheduler.domain.framework.pod import InvalidSpec
 from tessera.scheduler.domain.gang.assembly import Assembly, assemble
@@ -35,7 +35,7 @@ from tessera.scheduler.domain.gang.queue import ALL_EVENTS, BackoffPolicy, Reque
 from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
 from tessera.scheduler.domain.gang.spec import GangSpec
 from tessera.scheduler.domain.placement import TypicalPod
-from tessera.scheduler.domain.placement.observed_workload import RECENT_PLACEMENTS, typical_workload
+from tessera.scheduler.domain.placement.observed_workload import typical_workload
 from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
 from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
 from tessera.scheduler.service_layer.engine_state import EngineState
@@ -81,7 +81,7 @@ async def rebuild(
                 adopted, foreign = adopt_cluster_pods(cluster, nodes, uuids, pending.gangs, recorded)
                 bound += adopted
         with steps("learn_typical_workload"):
-            typical = await learn_typical_workload(repo)
+            typical = await learn_typical_workload(repo, settings.workload_profile)
         with steps("assemble"):
             port = binding_port(cluster, uuids, settings)
             fragmentation = fragmentation_score(typical, nodes.values())
@@ -226,10 +226,13 @@ def adopt_cluster_pods(
     return adopted, foreign
 
 
-async def learn_typical_workload(repo: SchedulerRepository) -> tuple[TypicalPod, ...]:
+async def learn_typical_workload(
+    repo: SchedulerRepository, profile: WorkloadProfileSettings
+) -> tuple[TypicalPod, ...]:
     """The workload the fragmentation score expects, from the latest placements (see
     :mod:`~tessera.scheduler.domain.placement.observed_workload` for the cold-start rule)."""
-    return typical_workload(await repo.recent_gpu_shapes(RECENT_PLACEMENTS))
+    recent = await repo.recent_gpu_shapes(profile.sample_size)
+    return typical_workload(recent, min_pods=profile.min_gpu_pods)
 
 
 def binding_port(

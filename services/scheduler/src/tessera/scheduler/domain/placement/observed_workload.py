@@ -24,11 +24,6 @@ OPENB_TYPICAL_WORKLOAD = (
     TypicalPod(64000, 8, 1000, frozenset(), 0.05),
 )
 
-# How many of the latest placements make the sample, and how many GPU pods among them are enough
-# to trust it: fewer than that, and a handful of jobs would decide the whole profile.
-RECENT_PLACEMENTS = 1000
-MIN_OBSERVED_GPU_PODS = 50
-
 
 def placed_shape(gpu_milli: Sequence[tuple[int, int]], cpu_milli: int, memory_mib: int) -> PodShape | None:
     """The shape of a placed pod from what it holds ((GPU index, milli) pairs); None for a pod
@@ -45,12 +40,13 @@ def placed_shape(gpu_milli: Sequence[tuple[int, int]], cpu_milli: int, memory_mi
 def typical_workload(
     recent: Iterable[PodShape],
     *,
-    min_pods: int = MIN_OBSERVED_GPU_PODS,
+    min_pods: int,
     coverage: float = 0.95,
     cold_start: Sequence[TypicalPod] = OPENB_TYPICAL_WORKLOAD,
 ) -> tuple[TypicalPod, ...]:
     """The typical GPU pods of ``recent`` (the latest placements' shapes), or ``cold_start`` when
-    fewer than ``min_pods`` of them hold GPUs."""
+    fewer than ``min_pods`` of them hold GPUs: below that, a handful of jobs would decide the whole
+    profile. The scheduler's settings choose the sample and ``min_pods`` (``workload_profile``)."""
     gpu_pods = [pod for pod in recent if pod.num_gpu > 0]
     if len(gpu_pods) < max(1, min_pods):
         return tuple(cold_start)

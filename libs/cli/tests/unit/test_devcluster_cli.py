@@ -157,3 +157,116 @@ def test_a_refused_creation_names_the_status() -> None:
         create = http_pod_creator(http, "http://dev:1", gangs=False)
         with pytest.raises(RuntimeError, match="409 exists"):
             create({"metadata": {"name": "p", "namespace": "ns"}, "spec": {}})
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30s", 30.0),
+        ("2m", 120.0),
+        ("1m30s", 90.0),
+        ("500ms", 0.5),
+        ("1h", 3600.0),
+        ("1.5m", 90.0),
+        ("0s", 0.0),
+    ],
+)
+def test_durations_take_a_number_and_a_unit(text: str, seconds: float) -> None:
+    from tessera.cli.devcluster import parse_duration
+
+    assert parse_duration(text, "--notice") == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("30", "'30' has no unit; write e.g. 30s or 30m"),
+        ("soon", "'soon' is not a duration"),
+        ("-5s", "'-5s' is not a duration"),
+        ("5 s", "'5 s' is not a duration"),
+        ("", "'' is not a duration"),
+    ],
+)
+def test_a_bad_duration_names_the_flag(text: str, problem: str) -> None:
+    from tessera.cli.devcluster import parse_duration
+
+    with pytest.raises(typer.BadParameter, match=problem) as err:
+        parse_duration(text, "--notice")
+    assert err.value.param_hint == "--notice"
+
+
+def test_a_bad_notice_is_refused_before_any_request(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-kubeconfig")
+    result = CliRunner().invoke(
+        app, ["fault", "gpu-0", "spot-interruption", "--notice", "30", "--kubeconfig", missing], env=ENV
+    )
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert "Invalid value for --notice: '30' has no unit" in output
+
+
+def test_a_notice_belongs_to_spot_interruptions_only(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["fault", "gpu-0", "xid", "--gpu", "1", "--notice", "30s", "--kubeconfig", str(tmp_path)],
+        env=ENV,
+    )
+    assert result.exit_code == 2
+    assert "only a spot-interruption takes a notice" in " ".join(result.output.split())
+
+
+def test_an_unknown_fault_kind_is_named() -> None:
+    result = CliRunner().invoke(app, ["fault", "gpu-0", "meteor"], env=ENV)
+    assert result.exit_code == 2
+    assert "'meteor' is not a fault; expected one of xid, overheating, lost, spot-interruption" in " ".join(
+        result.output.split()
+    )
+
+
+def test_fault_help_explains_the_spot_interruption() -> None:
+    result = CliRunner().invoke(app, ["fault", "--help"], env=ENV)
+    assert result.exit_code == 0
+    output = " ".join(result.output.split())
+    for expected in (
+        "spot-interruption",
+        "aws-node-termination-handler/spot-itn, NoSchedule",
+        "tessera.io/termination-time",
+        "the node is deleted and the pods still on it fail with NodeLost",
+        "--notice",
+        "e.g. 30s, 2m, 1m30s",
+        "default 2m",
+    ):
+        assert expected in output, expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "body"),
+    [
+        (
+            ["gpu-0", "spot-interruption", "--notice", "1m30s"],
+            {"kind": "spot-interruption", "notice_s": 90.0},
+        ),
+        (["gpu-0", "spot-interruption"], {"kind": "spot-interruption", "notice_s": 120.0}),
+        (["gpu-0", "--gpu", "3"], {"kind": "xid", "gpu": 3, "code": 79}),
+        (["gpu-0", "--kind", "overheating", "--gpu", "1"], {"kind": "overheating", "gpu": 1, "code": 79}),
+    ],
+)
+def test_the_fault_command_posts_the_fault(
+    argv: list[str], body: dict[str, object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx
+
+    from tessera.devcluster.apiserver.server import write_kubeconfig
+
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:16443/")
+    posted: list[tuple[str, object]] = []
+
+    def post(url: str, json: object, timeout: float) -> httpx.Response:
+        posted.append((url, json))
+        return httpx.Response(200, json={"node": "gpu-0", "injected": json})
+
+    monkeypatch.setattr(httpx, "post", post)
+    result = CliRunner().invoke(app, ["fault", *argv, "--kubeconfig", str(kubeconfig)], env=ENV)
+
+    assert result.exit_code == 0, result.output
+    assert posted == [("http://127.0.0.1:16443/faults/gpu-0", body)]

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
-from tessera.contracts.events import PreemptionRequested
+from tessera.contracts.events import PreemptionRequested, ReadyForEviction
 from tessera.core.db.engine import async_url
 from tessera.core.db.migrations import migrate
 from tessera.scheduler.adapters import orm
@@ -114,3 +114,69 @@ async def test_a_gang_is_queued_once_and_a_withdrawal_forces_an_earlier_request(
     assert (first, again) == (True, False)
     assert [(row.job_id, row.submitted_at) for row in pending] == [("job-1", T0)]
     assert [(p.job_id, p.preemptor_job_id) for p in due] == [("job-1", "job-9")], "forced, preemptor kept"
+
+
+def checkpointable_request(victim: str, preemptor: str, deadline: datetime) -> PreemptionRequested:
+    return PreemptionRequested(
+        victim_job_id=victim,
+        preemptor_job_id=preemptor,
+        reason="InQueuePriority",
+        deadline=deadline,
+        grace_period_s=30,
+        checkpointable=True,
+    )
+
+
+async def test_a_checkpointable_victim_is_due_on_the_checkpoint_service_s_answer_to_its_own_preemption(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    now = datetime.now(UTC)
+    later = now + timedelta(minutes=10)
+    async with sessions() as session, session.begin():
+        repo = SqlSchedulerRepository(session)
+        await repo.add_preemption(checkpointable_request("victim", "high", later))
+        # an answer to another preemption of the same victim releases nothing
+        await repo.mark_ready_for_eviction(
+            ReadyForEviction(job_id="victim", preemptor_job_id="older", reason="checkpoint_saved", at=now)
+        )
+    async with sessions() as session, session.begin():
+        assert await SqlSchedulerRepository(session).due_preemptions(now.timestamp()) == []
+
+    async with sessions() as session, session.begin():
+        await SqlSchedulerRepository(session).mark_ready_for_eviction(
+            ReadyForEviction(
+                job_id="victim",
+                preemptor_job_id="high",
+                reason="checkpoint_saved",
+                checkpoint_uri="file:///ckpt/victim/step-40",
+                step=40,
+                at=now,
+            )
+        )
+    async with sessions() as session, session.begin():
+        repo = SqlSchedulerRepository(session)
+        (due,) = await repo.due_preemptions(now.timestamp())
+        assert (due.job_id, due.ready) == (
+            "victim",
+            "checkpoint_saved at step 40 (file:///ckpt/victim/step-40)",
+        )
+        await repo.remove_preemption("victim")
+    async with sessions() as session, session.begin():  # the answers went with the request
+        repo = SqlSchedulerRepository(session)
+        await repo.add_preemption(checkpointable_request("victim", "high", later))
+        assert await repo.due_preemptions(now.timestamp()) == []
+
+
+async def test_an_answer_that_arrives_before_its_preemption_request_is_kept_for_it(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    now = datetime.now(UTC)
+    async with sessions() as session, session.begin():
+        await SqlSchedulerRepository(session).mark_ready_for_eviction(
+            ReadyForEviction(job_id="victim", preemptor_job_id="high", reason="checkpoint_timeout", at=now)
+        )
+    async with sessions() as session, session.begin():
+        repo = SqlSchedulerRepository(session)
+        await repo.add_preemption(checkpointable_request("victim", "high", now + timedelta(minutes=10)))
+        (due,) = await repo.due_preemptions(now.timestamp())
+        assert due.ready == "checkpoint_timeout"

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from tessera.contracts.events import NodeInventory, PreemptionRequested
+from tessera.contracts.events import NodeInventory, PreemptionRequested, ReadyForEviction
 from tessera.contracts.jobs import JobSpec
-from tessera.scheduler.adapters.repository import JOB, PendingGang, PlacementRow, Preemption
+from tessera.scheduler.adapters.repository import JOB, PendingGang, PlacementRow, Preemption, ready_reason
 from tessera.scheduler.domain.placement.model import PodShape
 from tessera.scheduler.domain.placement.observed_workload import placed_shape
 from tessera.scheduler.service_layer.unit_of_work import SchedulerUnitOfWork
@@ -56,6 +56,8 @@ class SchedulerStore:
     placements: dict[str, PlacementRow] = field(default_factory=dict)
     """By pod, oldest placement first."""
     preemptions: dict[str, StoredPreemption] = field(default_factory=dict)
+    ready: dict[tuple[str, str], ReadyForEviction] = field(default_factory=dict)
+    """The checkpoint service's answers, by victim and preemptor."""
     writes: int = 0
     samples: list[int] = field(default_factory=list)
     """The ``limit`` of each ``recent_gpu_shapes`` call."""
@@ -210,15 +212,27 @@ class FakeSchedulerRepository:
             requested_at=self.store.tick(),
         )
 
+    async def mark_ready_for_eviction(self, event: ReadyForEviction) -> None:
+        self.store.ready[(event.job_id, event.preemptor_job_id or "")] = event
+
     async def due_preemptions(self, now: float) -> list[Preemption]:
         due = [
-            (stored.requested_at, job_id, stored)
+            (stored.requested_at, job_id, stored, self.store.ready.get((job_id, stored.preemptor_job_id)))
             for job_id, stored in self.store.preemptions.items()
-            if not stored.checkpointable or stored.forced or stored.deadline.timestamp() <= now
         ]
         return [
-            Preemption(job_id, stored.preemptor_job_id, stored.reason, stored.grace_period_s)
-            for _, job_id, stored in sorted(due, key=lambda item: item[:2])
+            Preemption(
+                job_id,
+                stored.preemptor_job_id,
+                stored.reason,
+                stored.grace_period_s,
+                ready_reason(ready.reason, ready.step, ready.checkpoint_uri) if ready else None,
+            )
+            for _, job_id, stored, ready in sorted(due, key=lambda item: item[:2])
+            if not stored.checkpointable
+            or stored.forced
+            or stored.deadline.timestamp() <= now
+            or ready is not None
         ]
 
     async def next_preemption_deadline(self) -> float | None:
@@ -227,6 +241,7 @@ class FakeSchedulerRepository:
 
     async def remove_preemption(self, job_id: str) -> None:
         self.store.preemptions.pop(job_id, None)
+        self.store.ready = {key: ready for key, ready in self.store.ready.items() if key[0] != job_id}
 
 
 class FakeSchedulerUnitOfWork(FakeUnitOfWork, SchedulerUnitOfWork):

@@ -20,6 +20,7 @@ from tessera.contracts.events import (
     JobFinished,
     NodeInventory,
     PreemptionRequested,
+    ReadyForEviction,
 )
 from tessera.core.messaging.consumer import Handler, PermanentError
 from tessera.core.observability.tracing import span_from_headers
@@ -88,6 +89,20 @@ def preemption(
     )
 
 
+def ready(
+    victim: str = "job-1", preemptor: str | None = "job-9", reason: str = "checkpoint_saved"
+) -> ReadyForEviction:
+    saved = reason == "checkpoint_saved"
+    return ReadyForEviction(
+        job_id=victim,
+        preemptor_job_id=preemptor,
+        reason=reason,
+        checkpoint_uri=f"file:///ckpt/{victim}/step-40" if saved else None,
+        step=40 if saved else None,
+        at=T0,
+    )
+
+
 def finished(job_id: str = "job-1", state: str = "cancelled") -> JobFinished:
     return JobFinished(job_id=job_id, state=state, reason="user asked", at=T0)
 
@@ -111,6 +126,7 @@ ACTING = [
     pytest.param(handlers.gpu_unhealthy_handler, unhealthy(), id="gpu_unhealthy"),
     pytest.param(handlers.preemption_requested_handler, preemption(), id="preemption_requested"),
     pytest.param(handlers.job_finished_handler, finished(), id="job_finished"),
+    pytest.param(handlers.ready_for_eviction_handler, ready("job-1"), id="ready_for_eviction"),
 ]
 Factory = Callable[[SchedulingLoop], Handler[SchedulerUnitOfWork]]
 
@@ -340,3 +356,40 @@ async def test_a_withdrawal_forces_an_earlier_preemption_request_and_keeps_its_p
     stored = uow.stored.preemptions["job-1"]
     assert (stored.preemptor_job_id, stored.forced) == ("job-9", True)
     assert loop.wakes == 2
+
+
+# -- ready_for_eviction ---------------------------------------------------------------------------
+
+
+async def test_a_checkpointable_victim_waits_for_the_checkpoint_service_then_goes_with_its_checkpoint(
+    uow: FakeUnit, loop: RecordingLoop
+) -> None:
+    await handle(handlers.preemption_requested_handler(loop), preemption("job-1"), uow)
+    async with uow:
+        assert await uow.repo.due_preemptions(T0.timestamp()) == []
+
+    await handle(handlers.ready_for_eviction_handler(loop), ready("job-1"), uow)
+
+    async with uow:
+        (due,) = await uow.repo.due_preemptions(T0.timestamp())
+    assert due.job_id == "job-1"
+    assert due.ready == "checkpoint_saved at step 40 (file:///ckpt/job-1/step-40)"
+    assert loop.wakes == 2
+
+
+async def test_an_answer_to_another_preemption_of_the_same_job_releases_nothing(
+    uow: FakeUnit, loop: RecordingLoop
+) -> None:
+    await handle(handlers.preemption_requested_handler(loop), preemption("job-1"), uow)
+    await handle(handlers.ready_for_eviction_handler(loop), ready("job-1", preemptor="job-7"), uow)
+
+    async with uow:
+        assert await uow.repo.due_preemptions(T0.timestamp()) == []
+
+
+async def test_a_node_termination_answer_needs_nothing_from_the_scheduler(
+    uow: FakeUnit, loop: RecordingLoop
+) -> None:
+    await handle(handlers.ready_for_eviction_handler(loop), ready("job-1", preemptor=None), uow)
+
+    assert uow.stored.ready == {} and loop.told == 0

@@ -9,6 +9,7 @@ says so instead. See docs/adr/0008-telemetry-sources.md.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -287,23 +288,77 @@ def nvml(
     console.print_json(answer.text)
 
 
+FAULT_KINDS = ("xid", "overheating", "lost", "spot-interruption")
+#: what AWS gives before it reclaims a spot instance
+DEFAULT_SPOT_NOTICE = "2m"
+_NUMBER = r"\d+(?:\.\d*)?|\.\d+"
+_DURATION_PART = re.compile(rf"({_NUMBER})(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """Seconds in a duration such as ``30s``, ``2m``, ``1m30s``, ``500ms`` or ``1h``; a bad one raises
+    ``typer.BadParameter`` naming ``flag``."""
+    cleaned = text.strip().lower()
+    parts = list(_DURATION_PART.finditer(cleaned))
+    if not cleaned or "".join(p.group(0) for p in parts) != cleaned:
+        if re.fullmatch(_NUMBER, cleaned):
+            problem = f"{text!r} has no unit; write e.g. {cleaned}s or {cleaned}m (units: ms, s, m, h)"
+        else:
+            problem = (
+                f"{text!r} is not a duration; write a number and a unit (ms, s, m, h), e.g. 30s, 2m, 1m30s"
+            )
+        raise typer.BadParameter(problem, param_hint=flag)
+    return sum(float(p.group(1)) * _UNIT_SECONDS[p.group(2)] for p in parts)
+
+
 @app.command()
 def fault(
     node: Annotated[str, typer.Argument(help="The node.")],
-    kind: Annotated[str, typer.Option(help="xid, overheating or lost.")] = "xid",
-    gpu: Annotated[
-        int | None, typer.Option(help="GPU index; omitted with --kind lost: the whole node.")
+    kind: Annotated[
+        str | None,
+        typer.Argument(help="xid (the default), overheating, lost or spot-interruption.", show_default=False),
     ] = None,
+    kind_option: Annotated[
+        str | None, typer.Option("--kind", help="The same as KIND, for older scripts.", hidden=True)
+    ] = None,
+    gpu: Annotated[int | None, typer.Option(help="GPU index; omitted with lost: the whole node.")] = None,
     code: Annotated[int, typer.Option(help="The XID error code.")] = 79,
-    clear: Annotated[bool, typer.Option(help="Clear the node's faults instead.")] = False,
+    notice: Annotated[
+        str | None,
+        typer.Option(
+            help="spot-interruption: how long the node lives after the notice, e.g. 30s, 2m, 1m30s "
+            f"(simulated time; default {DEFAULT_SPOT_NOTICE}, the notice AWS gives).",
+            show_default=False,
+        ),
+    ] = None,
+    clear: Annotated[
+        bool, typer.Option(help="Clear the node's faults (and withdraw a pending spot interruption).")
+    ] = False,
     kubeconfig: KubeconfigOption = DEFAULT_KUBECONFIG,
 ) -> None:
-    """Inject a GPU fault (an XID error, overheating, a lost GPU or node), or clear a node's faults."""
+    """Inject a fault on a node, or clear its faults.
+
+    GPU faults: an XID error, overheating or a lost GPU (--gpu N). lost without --gpu loses the whole node: it turns NotReady and its pods fail with NodeLost.
+
+    spot-interruption: the cloud is about to reclaim the node. At once the node is tainted as the AWS Node Termination Handler does (aws-node-termination-handler/spot-itn, NoSchedule), cordoned, and marked with the tessera.io/termination-time annotation and a SpotInterruption condition. When the --notice runs out, the node is deleted and the pods still on it fail with NodeLost.
+
+    Example: tessera devcluster fault gpu-node-0 spot-interruption --notice 30s
+    """
+    if kind is not None and kind_option is not None and kind != kind_option:
+        raise typer.BadParameter(f"KIND is {kind!r} but --kind is {kind_option!r}", param_hint="--kind")
+    chosen = kind or kind_option or "xid"
+    if chosen not in FAULT_KINDS:
+        raise typer.BadParameter(
+            f"{chosen!r} is not a fault; expected one of {', '.join(FAULT_KINDS)}", param_hint="KIND"
+        )
+    body: dict[str, Any] = {"kind": chosen, "gpu": gpu, "code": code}
+    if chosen == "spot-interruption":
+        body = {"kind": chosen, "notice_s": parse_duration(notice or DEFAULT_SPOT_NOTICE, "--notice")}
+    elif notice is not None and not clear:
+        raise typer.BadParameter("only a spot-interruption takes a notice", param_hint="--notice")
     url = f"{devcluster_url(_kubeconfig(kubeconfig))}/faults/{node}"
-    if clear:
-        answer = httpx.delete(url, timeout=10)
-    else:
-        answer = httpx.post(url, json={"kind": kind, "gpu": gpu, "code": code}, timeout=10)
+    answer = httpx.delete(url, timeout=10) if clear else httpx.post(url, json=body, timeout=10)
     if answer.status_code != 200:
         console.print(f"[red]error:[/] {answer.status_code}: {answer.text}")
         raise typer.Exit(1)

@@ -399,9 +399,20 @@ class ReadyForEviction(Message):
     job_id: str
     request_id: str | None = None
     reason: str = Field(
-        description="checkpoint_saved, checkpoint_failed, deadline_passed or not_checkpointable"
+        description=(
+            "checkpoint_saved, checkpoint_failed, checkpoint_timeout, deadline_passed or not_checkpointable"
+        )
     )
     checkpoint_uri: str | None = Field(None, description="what the restarted job resumes from")
+    preemptor_job_id: str | None = Field(
+        None, description="the preemption this answers (its preemptor); none for a node's termination"
+    )
+    step: int | None = Field(
+        None, ge=0, description="the training step of the checkpoint, when one was saved"
+    )
+    cause: str | None = Field(
+        None, description="what asked for the checkpoint: preemption, spot_interruption or node_termination"
+    )
     at: datetime
 
     def key(self) -> str:

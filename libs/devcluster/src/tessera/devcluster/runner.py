@@ -7,6 +7,7 @@ through the same store and reaches watchers as ordinary events, and nothing poll
     with DevCluster.from_file("examples/clusters/dev-4x8.yaml", speed=60) as cluster:
         cluster.write_kubeconfig(".tessera/kubeconfig")
         cluster.nvml_readings("gpu-node-0")
+        cluster.interrupt_spot("gpu-node-1", notice_s=30)
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from types import TracebackType
 from typing import Any, Self
 
 from tessera.cluster.cluster_file import NodeSpec, load_cluster
-from tessera.devcluster.apiserver import ApiServer
+from tessera.devcluster.apiserver import NODES, ApiServer
 from tessera.devcluster.sim.context import SimContext, SimSettings
 from tessera.devcluster.sim.http import register_http_endpoints
 from tessera.devcluster.sim.kubelet import Kubelet
 from tessera.devcluster.sim.nvml import DutyCycleTrace, GpuReading, NvmlModel, PodLoad
 from tessera.devcluster.sim.operator_controller import GpuOperator
+from tessera.devcluster.sim.spot import DEFAULT_NOTICE_S, SpotInterruptions, SpotNotice
 from tessera.devcluster.sim.state import FaultKind, SimNode
 
 
@@ -53,6 +55,7 @@ class DevCluster:
         self.ctx = SimContext(self.apiserver.store, self.settings, sim_nodes)
         self.kubelet = Kubelet(self.ctx)
         self.operator = GpuOperator(self.ctx, on_node_lost=self.kubelet.node_lost)
+        self.spot = SpotInterruptions(self.ctx)
         self.nvml = NvmlModel(duty_cycle or DutyCycleTrace.load())
         self._tasks: list[asyncio.Task[None]] = []
         self._thread_mode = False
@@ -91,6 +94,7 @@ class DevCluster:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        await self.spot.stop()
         await self.kubelet.stop()
         await self.operator.stop()
         for task in self._tasks:
@@ -174,15 +178,28 @@ class DevCluster:
                     loads.setdefault(holding.gpu_uuid, []).append(PodLoad(key, holding, devices.profile))
             return [self.nvml.read(node, gpu, loads.get(gpu.uuid, []), now) for gpu in sim_node.gpus]
 
-    def inject_fault(self, node: str, gpu: int | None, kind: FaultKind | str, code: int = 79) -> None:
-        """An XID error, overheating or a lost GPU on one GPU; with kind 'lost' and no GPU, the whole node."""
+    def inject_fault(
+        self,
+        node: str,
+        gpu: int | None,
+        kind: FaultKind | str,
+        code: int = 79,
+        *,
+        notice_s: float = DEFAULT_NOTICE_S,
+    ) -> SpotNotice | None:
+        """An XID error, overheating or a lost GPU on one GPU; with kind 'lost' and no GPU, the whole node;
+        'spot-interruption' (no GPU): the node's notice now and its deletion `notice_s` simulated seconds on."""
         fault = FaultKind(kind)
         sim_node = self.node(node)
+        if fault is FaultKind.SPOT_INTERRUPTION:
+            if gpu is not None:
+                raise ValueError("gpu: a spot interruption takes the whole node; give no GPU index")
+            return self.interrupt_spot(node, notice_s)
         if gpu is None:
             if fault is not FaultKind.LOST:
                 raise ValueError(f"gpu: a {fault.value} fault needs a GPU index")
             self._on_loop(self.operator.lose_node, node)
-            return
+            return None
         if not 0 <= gpu < len(sim_node.gpus):
             raise ValueError(f"gpu: node {node} has GPUs 0..{len(sim_node.gpus) - 1}, got {gpu}")
         target = sim_node.gpus[gpu]
@@ -194,9 +211,23 @@ class DevCluster:
             else:
                 target.lost = True
         self._on_loop(self.operator.reconcile, node)
+        return None
+
+    def interrupt_spot(self, node: str, notice_s: float = DEFAULT_NOTICE_S) -> SpotNotice:
+        """Taint the node as the AWS Node Termination Handler does on a spot interruption notice, and
+        delete it when the notice (simulated seconds) runs out; raises `SpotInterruptionError` when the
+        node already has a notice or is gone."""
+        self.node(node)
+        notice: SpotNotice = self._on_loop(self.spot.interrupt, node, notice_s)
+        return notice
 
     def clear_faults(self, node: str) -> None:
+        """Clear the GPU faults, bring a lost node back, and withdraw a pending spot interruption notice;
+        a node already deleted (its spot notice ran out, or kubectl deleted it) stays gone."""
         sim_node = self.node(node)
+        self._on_loop(self.spot.cancel, node)
+        if self.store.find(NODES, None, node) is None:
+            raise ValueError(f"node {node} was deleted; a deleted node does not come back")
         with self.ctx.lock:
             for gpu in sim_node.gpus:
                 gpu.clear_faults()

@@ -8,6 +8,7 @@ from kubernetes.client import ApiClient
 
 from tessera.cluster.kube import KubernetesCluster, api_client
 from tessera.contracts import subjects
+from tessera.core.db.retention import RetentionRule
 from tessera.core.messaging.consumer import ConsumerSpec
 from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 from tessera.scheduler.adapters import orm
@@ -48,6 +49,12 @@ def consumers(deps: SchedulerDeps) -> list[ConsumerSpec[SchedulerUnitOfWork]]:
             subjects.JOB_FINISHED,
             handlers.job_finished_handler(engine),
         ),
+        ConsumerSpec(
+            "scheduler-ready-for-eviction",
+            "checkpoint",
+            subjects.READY_FOR_EVICTION,
+            handlers.ready_for_eviction_handler(engine),
+        ),
     ]
 
 
@@ -71,6 +78,8 @@ def build(
         dependencies=dependencies,
         consumers=consumers,
         background=[scheduling_loop],
+        # an answer to a preemption that ended otherwise (forced, deadline) is of no use after a day
+        retention=[RetentionRule(orm.evictions_ready, "received_at", 24 * 3600.0)],
     )
 
 

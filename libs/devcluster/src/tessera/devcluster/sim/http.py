@@ -3,8 +3,10 @@
     GET    /nvml                 the simulated nodes: {"nodes": [...]}
     GET    /nvml/<node>          NVML readings of the node's GPUs: {"node", "readings": [...]}
     POST   /faults/<node>        inject a fault: {"kind": "xid"|"overheating"|"lost", "gpu": 0, "code": 79}
-                                 (kind "lost" without "gpu" loses the whole node)
-    DELETE /faults/<node>        clear the node's faults
+                                 (kind "lost" without "gpu" loses the whole node), or a spot interruption:
+                                 {"kind": "spot-interruption", "notice_s": 120}: the node is tainted now
+                                 and deleted when the notice (simulated seconds) runs out
+    DELETE /faults/<node>        clear the node's faults (and withdraw a pending spot interruption)
 
 They are kmock reactions on the emulator, so a telemetry process reads them like any other HTTP.
 """
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import kmock
 
+from tessera.devcluster.sim.spot import DEFAULT_NOTICE_S, SpotInterruptionError
 from tessera.devcluster.sim.state import FaultKind
 
 if TYPE_CHECKING:
@@ -60,23 +63,34 @@ def register_http_endpoints(cluster: DevCluster) -> None:
                 400, "BadRequest", 'the body must be a JSON object such as {"kind": "xid", "gpu": 0}'
             )
         kind = body.get("kind")
-        if kind not in {k.value for k in FaultKind}:
-            raise _error(400, "BadRequest", f"kind: expected one of xid, overheating, lost; got {kind!r}")
+        kinds = [k.value for k in FaultKind]
+        if kind not in kinds:
+            raise _error(400, "BadRequest", f"kind: expected one of {', '.join(kinds)}; got {kind!r}")
         gpu, code = body.get("gpu"), body.get("code", 79)
+        notice_s = body.get("notice_s", DEFAULT_NOTICE_S)
         if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool)):
             raise _error(400, "BadRequest", f"gpu: expected a GPU index, got {gpu!r}")
         if not isinstance(code, int) or isinstance(code, bool):
             raise _error(400, "BadRequest", f"code: expected an XID number, got {code!r}")
+        if not isinstance(notice_s, int | float) or isinstance(notice_s, bool) or notice_s < 0:
+            raise _error(400, "BadRequest", f"notice_s: expected seconds (0 or more), got {notice_s!r}")
         try:
-            cluster.inject_fault(node, gpu, kind, code)
+            notice = cluster.inject_fault(node, gpu, kind, code, notice_s=float(notice_s))
+        except SpotInterruptionError as exc:
+            raise _error(409, "Conflict", str(exc)) from None
         except ValueError as exc:
             raise _error(400, "BadRequest", str(exc)) from None
+        if notice is not None:
+            return {"node": node, "injected": notice.to_json()}
         return {"node": node, "injected": {"kind": kind, "gpu": gpu, "code": code if kind == "xid" else None}}
 
     def clear(request: Any) -> dict[str, Any]:
         node = _node_of(request, "faults")
         known(node)
-        cluster.clear_faults(node)
+        try:
+            cluster.clear_faults(node)
+        except ValueError as exc:
+            raise _error(409, "Conflict", str(exc)) from None
         return {"node": node, "cleared": True}
 
     emulator["get /nvml"] << list_nodes

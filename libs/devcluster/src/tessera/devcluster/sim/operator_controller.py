@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from typing import Any
 
 from tessera.cluster.conventions import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
@@ -78,7 +79,12 @@ class GpuOperator:
                     {"type": "Hostname", "address": node.name},
                 ],
                 "nodeInfo": {
+                    # the official client requires the ids and kube-proxy's version
+                    "machineID": uuid.uuid5(uuid.NAMESPACE_DNS, node.name).hex,
+                    "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_URL, f"devcluster:{node.name}")),
+                    "bootID": str(uuid.uuid4()),
                     "kubeletVersion": "v1.31.0-devcluster",
+                    "kubeProxyVersion": "v1.31.0-devcluster",
                     "osImage": "Ubuntu 22.04.4 LTS",
                     "kernelVersion": "5.15.0-devcluster",
                     "containerRuntimeVersion": "containerd://1.7.20",

@@ -15,6 +15,7 @@ class FaultKind(StrEnum):
     XID = "xid"
     OVERHEATING = "overheating"
     LOST = "lost"
+    SPOT_INTERRUPTION = "spot-interruption"  # the whole node: a notice, then the node's deletion
 
 
 # XIDs the NVIDIA device plugin does not treat as making a GPU unhealthy (its default skip list).

@@ -78,6 +78,20 @@ preemptions = Table(
     Column("requested_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
+# The checkpoint service's word that a victim may go now (its checkpoint is saved, failed or timed
+# out): a checkpointable victim is evicted on it rather than at its deadline. Keyed by the preemption
+# it answers, so a late answer to an earlier preemption never releases a later one.
+evictions_ready = Table(
+    "evictions_ready",
+    metadata,
+    Column("job_id", String(64), primary_key=True),
+    Column("preemptor_job_id", String(64), primary_key=True),
+    Column("reason", Text, nullable=False, server_default=""),
+    Column("checkpoint_uri", Text, nullable=True),
+    Column("step", BigInteger, nullable=True),
+    Column("received_at", DateTime(timezone=True), nullable=False, server_default=func.now(), index=True),
+)
+
 # One row: bumped by every cycle that decides something, so a replica whose in-memory state is
 # older than the last decision (another replica took it) rebuilds before it decides.
 decision_version = Table(

@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from sqlalchemy import delete, event, func, or_, select, text, update
+from sqlalchemy import and_, delete, event, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tessera.contracts.events import NodeInventory, PreemptionRequested
+from tessera.contracts.events import NodeInventory, PreemptionRequested, ReadyForEviction
 from tessera.contracts.jobs import JobSpec
 from tessera.scheduler.adapters.orm import (
     decision_version,
+    evictions_ready,
     inventory_nodes,
     pending_gangs,
     placements,
@@ -54,6 +55,9 @@ class Preemption:
     preemptor_job_id: str
     reason: str
     grace_period_s: int
+    ready: str | None = None
+    """Why the checkpoint service let the victim go (``checkpoint_saved at step N (uri)``, ...); none
+    when it went because it cannot checkpoint, was forced, or reached its deadline unanswered."""
 
 
 @dataclass(frozen=True)
@@ -156,13 +160,27 @@ class SchedulerRepository(Protocol):
         earlier request for the job keeps its fields and becomes forced."""
         ...
 
+    async def mark_ready_for_eviction(self, event: ReadyForEviction) -> None:
+        """The checkpoint service let a victim go; kept even before its preemption request arrives."""
+        ...
+
     async def due_preemptions(self, now: float) -> list[Preemption]:
-        """Victims to evict now: they cannot checkpoint, the request is forced, or the deadline passed."""
+        """Victims to evict now: they cannot checkpoint, the request is forced, the checkpoint service
+        let them go, or the deadline passed."""
         ...
 
     async def next_preemption_deadline(self) -> float | None: ...
 
     async def remove_preemption(self, job_id: str) -> None: ...
+
+
+def ready_reason(reason: str | None, step: int | None, uri: str | None) -> str | None:
+    """How the checkpoint service let a victim go, for the job's history."""
+    if reason is None:
+        return None
+    if step is not None and uri:
+        return f"{reason} at step {step} ({uri})"
+    return reason
 
 
 def call_after_commit(session: AsyncSession, callback: Callable[[], None]) -> None:
@@ -413,23 +431,54 @@ class SqlSchedulerRepository:
             stmt.on_conflict_do_update(index_elements=[preemptions.c.job_id], set_={"forced": True})
         )
 
+    async def mark_ready_for_eviction(self, event: ReadyForEviction) -> None:
+        values = {
+            "job_id": event.job_id,
+            "preemptor_job_id": event.preemptor_job_id or "",
+            "reason": event.reason,
+            "checkpoint_uri": event.checkpoint_uri,
+            "step": event.step,
+        }
+        stmt = pg_insert(evictions_ready).values(values)
+        await self.session.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[evictions_ready.c.job_id, evictions_ready.c.preemptor_job_id],
+                set_={k: v for k, v in values.items() if k not in ("job_id", "preemptor_job_id")},
+            )
+        )
+
     async def due_preemptions(self, now: float) -> list[Preemption]:
-        """Victims to evict now: they cannot checkpoint, the request is forced, or the deadline passed."""
+        """Victims to evict now: they cannot checkpoint, the request is forced, the checkpoint service
+        let them go, or the deadline passed."""
+        ready = evictions_ready
+        answered = and_(
+            ready.c.job_id == preemptions.c.job_id, ready.c.preemptor_job_id == preemptions.c.preemptor_job_id
+        )
         rows = (
             await self.session.execute(
-                select(preemptions)
+                select(
+                    preemptions, ready.c.reason.label("ready_reason"), ready.c.step, ready.c.checkpoint_uri
+                )
+                .select_from(preemptions.outerjoin(ready, answered))
                 .where(
                     or_(
                         preemptions.c.checkpointable.is_(False),
                         preemptions.c.forced.is_(True),
                         preemptions.c.deadline <= at(now),
+                        ready.c.job_id.is_not(None),
                     )
                 )
                 .order_by(preemptions.c.requested_at, preemptions.c.job_id)
             )
         ).mappings()
         return [
-            Preemption(row["job_id"], row["preemptor_job_id"], row["reason"], row["grace_period_s"])
+            Preemption(
+                row["job_id"],
+                row["preemptor_job_id"],
+                row["reason"],
+                row["grace_period_s"],
+                ready_reason(row["ready_reason"], row["step"], row["checkpoint_uri"]),
+            )
             for row in rows
         ]
 
@@ -439,3 +488,4 @@ class SqlSchedulerRepository:
 
     async def remove_preemption(self, job_id: str) -> None:
         await self.session.execute(delete(preemptions).where(preemptions.c.job_id == job_id))
+        await self.session.execute(delete(evictions_ready).where(evictions_ready.c.job_id == job_id))

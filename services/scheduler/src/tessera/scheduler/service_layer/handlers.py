@@ -15,6 +15,7 @@ from tessera.contracts.events import (
     JobAdmitted,
     JobFinished,
     PreemptionRequested,
+    ReadyForEviction,
 )
 from tessera.core.messaging.consumer import Handler, PermanentError
 from tessera.core.messaging.envelope import Envelope, EnvelopeError
@@ -93,6 +94,21 @@ def preemption_requested_handler(loop: SchedulingLoop) -> Handler[SchedulerUnitO
         uow.after_commit(loop.wake)
 
     return handle_preemption_requested
+
+
+def ready_for_eviction_handler(loop: SchedulingLoop) -> Handler[SchedulerUnitOfWork]:
+    """The checkpoint service let a checkpointable victim go (saved, failed or timed out): the loop
+    evicts it now rather than at its deadline. A node's termination (no preemptor) needs nothing
+    here: the node drains as it goes."""
+
+    async def handle_ready_for_eviction(envelope: Envelope, uow: SchedulerUnitOfWork) -> None:
+        event = parse_as(envelope, ReadyForEviction)
+        if not event.preemptor_job_id:
+            return
+        await uow.repo.mark_ready_for_eviction(event)
+        uow.after_commit(loop.wake)
+
+    return handle_ready_for_eviction
 
 
 def job_finished_handler(loop: SchedulingLoop) -> Handler[SchedulerUnitOfWork]:

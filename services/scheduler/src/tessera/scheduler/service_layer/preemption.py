@@ -3,9 +3,9 @@
 A job that left admission for good (``job_finished``: cancelled, finished) is withdrawn the same
 way, at once and without a report: whatever it still holds or waits for is let go.
 
-A victim that cannot checkpoint (or a forced request) is evicted at once; one that can is given
-until the request's deadline to save its state (the checkpoint service works in between), then
-evicted with the request's grace period. Its pods leave the cache, parked gangs hear that
+A victim that cannot checkpoint (or a forced request) is evicted at once; one that can is evicted
+when the checkpoint service says it may go (``ready_for_eviction``: saved, failed or timed out),
+or at the request's deadline if that word never comes, with the request's grace period. Its pods leave the cache, parked gangs hear that
 capacity was freed, and admission gets ``report_job_outcome(preempted)``.
 """
 
@@ -60,7 +60,8 @@ async def preempt_due(
                     ReportJobOutcome(
                         job_id=request.job_id,
                         state="preempted",
-                        reason=f"{len(evicted)} pods evicted for {request.preemptor_job_id}",
+                        reason=f"{len(evicted)} pods evicted for {request.preemptor_job_id}"
+                        + (f" after {request.ready}" if request.ready else ""),
                     )
                 )
             await repo.remove_preemption(request.job_id)

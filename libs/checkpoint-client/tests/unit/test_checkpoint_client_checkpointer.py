@@ -308,3 +308,24 @@ def test_core_decodes_what_the_client_publishes() -> None:
     envelope = decode(subject, headers, body)
     assert subject == "tessera.checkpoint.cmd.report_checkpoint" and headers["Nats-Msg-Id"] == "id-1"
     assert envelope.parse() == report
+
+
+def test_a_flush_that_failed_after_creating_its_directory_does_not_spoil_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = LocalStore.publish
+    fail = True
+
+    def publish(self: LocalStore, directory: str, name: str, data: bytes) -> None:
+        if fail:
+            raise OSError(5, "Input/output error")
+        real(self, directory, name, data)
+
+    monkeypatch.setattr(LocalStore, "publish", publish)
+    ck = Checkpointer(JOB, str(tmp_path / "new" / "root"), interval_s=None)
+    result = ck.save(1, make_state(), wait=True)
+    assert result is not None and not result.ok and "Input/output error" in result.reason
+    fail = False
+    result = ck.save(2, make_state(), wait=True)
+    assert result is not None and result.ok, result.reason
+    ck.close()

@@ -130,5 +130,5 @@ def test_small_states_get_smaller_chunks_so_writes_and_fsyncs_overlap() -> None:
     mib = 1 << 20
     assert effective_chunk_bytes(64 * mib, 64 * mib) == 8 * mib
     assert effective_chunk_bytes(4 << 30, 64 * mib) == 64 * mib
-    assert effective_chunk_bytes(10 * mib, 64 * mib) == 4 * mib  # never below 4 MiB
+    assert effective_chunk_bytes(10 * mib, 64 * mib) == 8 * mib  # never below 8 MiB
     assert effective_chunk_bytes(10_000, 4096) == 4096  # never above what was asked

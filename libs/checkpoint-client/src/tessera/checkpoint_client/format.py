@@ -22,7 +22,7 @@ MANIFEST = "manifest.json"
 TMP_SUFFIX = ".tmp"
 DEFAULT_CHUNK_BYTES = 64 << 20
 PIPELINE_CHUNKS = 8  # a state is cut in at least this many chunks...
-MIN_CHUNK_BYTES = 4 << 20  # ...unless they would be smaller than this
+MIN_CHUNK_BYTES = 8 << 20  # ...unless they would be smaller than this
 
 _DIR = re.compile(r"^step-(\d+)-([0-9a-z]+)$")
 

@@ -148,7 +148,7 @@ class LocalStore:
                 os.close(fd)
             renames.result()
             os.rename(tmp, path)
-            parents = sorted(self._unsynced - {directory})
+            parents = sorted(p for p in self._unsynced - {directory} if os.path.isdir(p))  # not a torn one
             synced = [syncer.submit(fsync_dir, p) for p in parents]
             fsync_dir(directory)
             for done in synced:

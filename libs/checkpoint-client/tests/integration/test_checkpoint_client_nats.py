@@ -181,3 +181,36 @@ def test_training_goes_on_when_nats_is_unreachable(no_nats_url: str, tmp_path: P
         time.sleep(0.5)
         assert loop.snapshots, "periodic checkpoints go on without NATS"
     assert ckpt.last_result is not None and ckpt.last_result.ok
+
+
+async def test_without_a_stream_commands_arrive_over_core_nats(nats_url: str, nc: Any) -> None:
+    """No stream captures the subject (no checkpoint service deployed): a core subscription instead."""
+    from tessera.checkpoint_client.nats_link import NatsLink
+
+    job = f"job-{uuid.uuid4().hex[:6]}"
+    received: list[SaveCheckpoint] = []
+    got = threading.Event()
+
+    def on_request(command: SaveCheckpoint) -> None:
+        received.append(command)
+        got.set()
+
+    link = NatsLink(nats_url, job, on_request, source="test", subject=f"test.nostream.save.{job}")
+    link.start()
+    try:
+        assert await asyncio.to_thread(link.ready.wait, 15)
+        assert link.mode == "core"
+        command = SaveCheckpoint(job_id=job, request_id="r-core", reason="manual", deadline=datetime.now(UTC))
+        _, headers, body = encode(command, "tessera-checkpoint")
+        await nc.publish(link.subject, body, headers=headers)
+        other = SaveCheckpoint(
+            job_id="someone-else", request_id="r-x", reason="manual", deadline=datetime.now(UTC)
+        )
+        _, headers, body = encode(other, "tessera-checkpoint")
+        await nc.publish(link.subject, body, headers=headers)  # not this job's: ignored
+        await nc.publish(link.subject, b"not a cloudevent")  # undecodable: ignored
+        assert await asyncio.to_thread(got.wait, 10)
+        await asyncio.sleep(0.2)  # the two others would have arrived by now
+    finally:
+        await asyncio.to_thread(link.close)
+    assert [c.request_id for c in received] == ["r-core"]

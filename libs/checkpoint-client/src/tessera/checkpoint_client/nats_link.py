@@ -56,10 +56,11 @@ class NatsLink:
         source: str,
         started_at: datetime | None = None,
         publish_attempts: int = 5,
+        subject: str | None = None,
     ) -> None:
         self.url = url
         self.job_id = job_id
-        self.subject = subjects.save_checkpoint(job_id)
+        self.subject = subject or subjects.save_checkpoint(job_id)
         self.source = source
         self.mode = ""  # "jetstream" or "core" once subscribed
         self.ready = threading.Event()
@@ -113,6 +114,7 @@ class NatsLink:
                     reconnect_time_wait=1,
                     connect_timeout=2,
                     allow_reconnect=True,
+                    error_cb=self._on_error,
                 )
             except Exception as exc:
                 log.warning(
@@ -122,6 +124,9 @@ class NatsLink:
                     await asyncio.wait_for(self._stop.wait(), delay)
                 delay = min(delay * 2, 30.0)
         return None
+
+    async def _on_error(self, exc: Exception) -> None:
+        log.debug("checkpoint client NATS error: %s", exc)
 
     async def _subscribe(self, nc: Client) -> None:
         self._nc = nc

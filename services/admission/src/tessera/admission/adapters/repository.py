@@ -7,11 +7,12 @@ Loaded and added jobs are handed to `track`: the unit of work publishes their ev
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import String, any_, bindparam, insert, select, update
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import DateTime, String, Text, any_, bindparam, cast, func, insert, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -28,7 +29,7 @@ AGGREGATE = (
     jobs.c.queue,
     jobs.c.priority,
     jobs.c.state,
-    jobs.c.spec,
+    cast(jobs.c.spec, Text).label("spec"),  # parsed by pydantic straight from the JSON text
     jobs.c.errors,
     jobs.c.trace_headers,
     jobs.c.submitted_at,
@@ -41,18 +42,34 @@ AGGREGATE = (
 )
 """The columns of the aggregate (not the queueing view, `workload`)."""
 
+_TS = DateTime(timezone=True)
+_CHANGED: dict[str, Any] = {
+    "id": String,
+    "state": String,
+    "flavors": Text,
+    "admitted_at": _TS,
+    "wait_reason": String,
+    "wait_message": Text,
+    "preempted_by": String,
+    "preemption_deadline": _TS,
+    "updated_at": _TS,
+}
+"""The columns a transition may change, each sent as one array: `_SAVE` updates every changed
+row in one statement (`UPDATE ... FROM unnest(...)`) rather than one statement per row."""
+_changes = (
+    func.unnest(*(bindparam(f"b_{name}", type_=ARRAY(kind)) for name, kind in _CHANGED.items()))
+    .table_valued(*_CHANGED)
+    .render_derived(name="changes")
+)
 _SAVE = (
     update(jobs)
-    .where(jobs.c.id == bindparam("b_id"))
+    .where(jobs.c.id == _changes.c.id)
     .values(
-        state=bindparam("b_state"),
-        flavors=bindparam("b_flavors"),
-        admitted_at=bindparam("b_admitted_at"),
-        wait_reason=bindparam("b_wait_reason"),
-        wait_message=bindparam("b_wait_message"),
-        preempted_by=bindparam("b_preempted_by"),
-        preemption_deadline=bindparam("b_preemption_deadline"),
-        updated_at=bindparam("b_updated_at"),
+        {
+            name: cast(_changes.c[name], JSONB) if name == "flavors" else _changes.c[name]
+            for name in _CHANGED
+            if name != "id"
+        }
     )
 )
 
@@ -170,7 +187,7 @@ class JobRepository:
     async def save_all(self, changed: Iterable[Job]) -> None:
         """Write every job that recorded a transition since it was loaded: one UPDATE for all the
         rows and one INSERT for all the new transitions."""
-        rows: list[dict[str, Any]] = []
+        columns: dict[str, list[Any]] = {name: [] for name in _CHANGED}
         transitions: list[tuple[str, Transition]] = []
         for job in changed:
             stored = self._stored.get(job.id)
@@ -179,11 +196,14 @@ class JobRepository:
             new = job.history[stored:]
             if not new:
                 continue
-            rows.append({f"b_{k}": v for k, v in _row(job).items()})
+            row = _row(job)
+            row["flavors"] = json.dumps(row["flavors"]) if row["flavors"] is not None else None
+            for name, value in row.items():
+                columns[name].append(value)
             transitions.extend((job.id, t) for t in new)
             self._stored[job.id] = len(job.history)
-        if rows:
-            await self.session.execute(_SAVE, rows)
+        if columns["id"]:
+            await self.session.execute(_SAVE, {f"b_{name}": values for name, values in columns.items()})
         await self._append(transitions)
 
     async def list(
@@ -241,7 +261,7 @@ def _to_job(row: Any, history: list[Transition]) -> Job:
         tenant=row.tenant,
         queue=row.queue,
         priority=row.priority,
-        spec=JobSpec.model_validate(row.spec) if row.spec else None,
+        spec=JobSpec.model_validate_json(row.spec) if row.spec not in (None, "null") else None,
         submitted_at=row.submitted_at,
         state=JobState(row.state),
         history=history,

@@ -230,7 +230,7 @@ def test_fault_help_explains_the_spot_interruption() -> None:
     for expected in (
         "spot-interruption",
         "aws-node-termination-handler/spot-itn, NoSchedule",
-        "tessera.io/termination-time",
+        "tessera.io/termination-deadline",
         "the node is deleted and the pods still on it fail with NodeLost",
         "--notice",
         "e.g. 30s, 2m, 1m30s",
@@ -270,3 +270,38 @@ def test_the_fault_command_posts_the_fault(
 
     assert result.exit_code == 0, result.output
     assert posted == [("http://127.0.0.1:16443/faults/gpu-0", body)]
+
+
+def test_the_devcluster_process_gets_the_nats_url_in_its_environment(tmp_path: Path) -> None:
+    from tessera.cli.devcluster import NATS_URL_ENV
+
+    process = DevclusterProcess(
+        cluster_file=tmp_path / "c.yaml",
+        kubeconfig=tmp_path / "kubeconfig",
+        port=16443,
+        log_file=tmp_path / "devcluster.log",
+        nats_url="nats://user:secret@127.0.0.1:14222",
+        checkpoint_root=(tmp_path / "checkpoints").as_uri(),
+    )
+    env = process.env()
+    assert env is not None and env[NATS_URL_ENV] == "nats://user:secret@127.0.0.1:14222"
+    assert "PATH" in env  # the rest of the environment is kept
+    argv = process.command()
+    assert argv[-2:] == ["--checkpoint-root", (tmp_path / "checkpoints").as_uri()]
+    assert not any("secret" in arg for arg in argv)  # never on the command line, where ps shows it
+    plain = DevclusterProcess(
+        cluster_file=tmp_path / "c.yaml", kubeconfig=tmp_path / "k", port=1, log_file=tmp_path / "l"
+    )
+    assert plain.env() is None and "--checkpoint-root" not in plain.command()
+
+
+def test_the_devcluster_reads_the_nats_url_that_tessera_up_hands_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tessera.cli.devcluster import NATS_URL_ENV
+    from tessera.devcluster import cli as devcluster_cli
+
+    assert devcluster_cli.NATS_URL_ENV == NATS_URL_ENV
+    monkeypatch.setenv(NATS_URL_ENV, "nats://127.0.0.1:4222")
+    args = devcluster_cli.build_parser().parse_args(["serve", "--cluster", "c.yaml"])
+    assert args.nats_url == "nats://127.0.0.1:4222" and args.checkpoint_root is None
+    monkeypatch.delenv(NATS_URL_ENV)
+    assert devcluster_cli.build_parser().parse_args(["serve", "--cluster", "c.yaml"]).nats_url is None

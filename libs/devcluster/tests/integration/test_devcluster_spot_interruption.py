@@ -20,7 +20,7 @@ from tessera.devcluster.sim.nvml import DutyCycleTrace
 from tessera.devcluster.sim.spot import (
     SPOT_INTERRUPTION_CONDITION,
     SPOT_INTERRUPTION_TAINT,
-    TERMINATION_TIME_ANNOTATION,
+    TERMINATION_DEADLINE_ANNOTATION,
 )
 
 pytestmark = pytest.mark.integration
@@ -118,7 +118,7 @@ def test_a_spot_interruption_taints_the_node_then_deletes_it_when_the_notice_run
     assert (taint.value, taint.effect) == (injected["event_id"], "NoSchedule")
     assert taint.value.startswith("spot-itn-") and len(taint.value) <= 63
     assert noticed.spec.unschedulable is True
-    assert noticed.metadata.annotations[TERMINATION_TIME_ANNOTATION] == injected["terminates_at"]
+    assert noticed.metadata.annotations[TERMINATION_DEADLINE_ANNOTATION] == injected["terminates_at"]
     [condition] = [c for c in noticed.status.conditions if c.type == SPOT_INTERRUPTION_CONDITION]
     assert condition.status == "True" and injected["terminates_at"] in condition.message
     assert core.read_namespaced_pod("victim", "default").status.phase == "Running"  # not drained
@@ -155,7 +155,7 @@ def test_a_second_notice_conflicts_and_clearing_withdraws_a_pending_one(
     node = core.read_node("gpu-0")
     assert cleared == 200
     assert not node.spec.taints and not node.spec.unschedulable
-    assert TERMINATION_TIME_ANNOTATION not in (node.metadata.annotations or {})
+    assert TERMINATION_DEADLINE_ANNOTATION not in (node.metadata.annotations or {})
     assert all(c.type != SPOT_INTERRUPTION_CONDITION for c in node.status.conditions)
 
 

@@ -9,9 +9,10 @@ says so instead. See docs/adr/0008-telemetry-sources.md.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,6 +25,7 @@ from tessera.core.embedded.process import ManagedProcess
 from tessera.devcluster import data
 
 DEFAULT_DEVCLUSTER_PORT = 16443
+NATS_URL_ENV = "TESSERA_DEVCLUSTER_NATS_URL"
 DEFAULT_KUBECONFIG = Path(".tessera/kubeconfig")
 OPENB_PODS = data.OPENB_PODS
 #: the cluster ``tessera up`` simulates when no cluster file is given (examples/clusters/dev-4x8.yaml)
@@ -55,6 +57,8 @@ class DevclusterProcess(ManagedProcess):
         log_file: Path,
         speed: float = 1.0,
         host: str = "127.0.0.1",
+        nats_url: str | None = None,
+        checkpoint_root: str | None = None,
     ) -> None:
         super().__init__(log_file)
         self.cluster_file = cluster_file
@@ -62,13 +66,17 @@ class DevclusterProcess(ManagedProcess):
         self.port = port
         self.speed = speed
         self.host = host
+        #: where the simulated trainers take save requests and report checkpoints
+        self.nats_url = nats_url
+        #: where they write checkpoints (the devcluster's default: beside the kubeconfig)
+        self.checkpoint_root = checkpoint_root
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        return [
+        argv = [
             sys.executable,
             "-m",
             "tessera.devcluster",
@@ -84,6 +92,15 @@ class DevclusterProcess(ManagedProcess):
             "--speed",
             f"{self.speed:g}",
         ]
+        if self.checkpoint_root:
+            argv += ["--checkpoint-root", self.checkpoint_root]
+        return argv
+
+    def env(self) -> Mapping[str, str] | None:
+        # in the environment rather than the command line, where a URL's credentials would show in ps
+        if not self.nats_url:
+            return None
+        return {**os.environ, NATS_URL_ENV: self.nats_url}
 
     def prepare(self) -> None:
         # the kubeconfig appears once the API server listens: a stale one must not look ready
@@ -341,7 +358,7 @@ def fault(
 
     GPU faults: an XID error, overheating or a lost GPU (--gpu N). lost without --gpu loses the whole node: it turns NotReady and its pods fail with NodeLost.
 
-    spot-interruption: the cloud is about to reclaim the node. At once the node is tainted as the AWS Node Termination Handler does (aws-node-termination-handler/spot-itn, NoSchedule), cordoned, and marked with the tessera.io/termination-time annotation and a SpotInterruption condition. When the --notice runs out, the node is deleted and the pods still on it fail with NodeLost.
+    spot-interruption: the cloud is about to reclaim the node. At once the node is tainted as the AWS Node Termination Handler does (aws-node-termination-handler/spot-itn, NoSchedule), cordoned, and marked with the tessera.io/termination-deadline annotation and a SpotInterruption condition. When the --notice runs out, the node is deleted and the pods still on it fail with NodeLost.
 
     Example: tessera devcluster fault gpu-node-0 spot-interruption --notice 30s
     """

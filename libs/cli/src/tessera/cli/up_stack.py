@@ -91,10 +91,15 @@ def migrate_all(database_url: str) -> None:
 
 
 def start_devcluster(
-    options: UpOptions, state: StateDir, console: Console, stack: contextlib.ExitStack
+    options: UpOptions,
+    state: StateDir,
+    console: Console,
+    stack: contextlib.ExitStack,
+    nats_url: str | None = None,
 ) -> DevclusterProcess:
     """Start the devcluster simulating ``options.cluster_file`` (4x8 A100 by default); its stop goes on
-    ``stack``, so it stops after the services and before NATS and PostgreSQL."""
+    ``stack``, so it stops after the services and before NATS and PostgreSQL. Its simulated trainers
+    talk to the checkpoint service on ``nats_url`` and checkpoint under the state directory."""
     cluster_file = options.cluster_file or write_default_cluster(state.root / "devcluster-cluster.yaml")
     devcluster = DevclusterProcess(
         cluster_file=cluster_file,
@@ -103,6 +108,8 @@ def start_devcluster(
         log_file=state.log_file("devcluster"),
         speed=options.devcluster_speed,
         host=HOST,
+        nats_url=nats_url,
+        checkpoint_root=(state.root / "checkpoints").as_uri(),
     )
     with console.status(f"Starting the devcluster on {devcluster.url} ({cluster_file.name})…"):
         stack.callback(_stopping, console, "devcluster", devcluster.stop)
@@ -193,7 +200,7 @@ def run_up(
             console.print("[green]✓[/] migrations applied")
             kubeconfig, devcluster = options.kubeconfig, None
             if kubeconfig is None and options.devcluster:
-                devcluster = start_devcluster(options, state, console, stack)
+                devcluster = start_devcluster(options, state, console, stack, nats_url)
                 kubeconfig = devcluster.kubeconfig
             elif kubeconfig is None:
                 console.print("[yellow]![/] no Kubernetes cluster: --no-devcluster and no --kubeconfig")

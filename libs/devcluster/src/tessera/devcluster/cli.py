@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,10 @@ from tessera.devcluster import data
 from tessera.devcluster.replay import Replayer, TraceError, TracePod, load_trace
 from tessera.devcluster.sim.context import SimSettings
 from tessera.devcluster.sim.nvml import DutyCycleTrace
+from tessera.devcluster.sim.trainer import TrainerSettings
+
+#: how `tessera up` hands the devcluster its NATS URL (not on the command line, where ps shows it)
+NATS_URL_ENV = "TESSERA_DEVCLUSTER_NATS_URL"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="start the API server and the simulation, and write a kubeconfig",
         description="Start the emulated API server with simulated nodes, kubelet, GPU Operator and NVML. "
         "NVML readings are served at GET /nvml/<node> and faults injected at POST /faults/<node> "
-        "on the same port. Stops on Ctrl-C or SIGTERM.",
+        "on the same port. Pods annotated tessera.io/checkpointable run simulated trainers that "
+        "checkpoint with the checkpoint client library. Stops on Ctrl-C or SIGTERM.",
     )
     serve.add_argument(
         "--cluster",
@@ -63,6 +69,26 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=5.0,
         help="simulated seconds the MIG manager takes to lay out GPUs (default: 5)",
+    )
+    serve.add_argument(
+        "--nats-url",
+        default=os.environ.get(NATS_URL_ENV) or None,
+        help="NATS of the checkpoint service: simulated trainers (pods annotated "
+        "tessera.io/checkpointable) take its save requests and report their checkpoints there "
+        f"(default: ${NATS_URL_ENV}; without one they still checkpoint periodically)",
+    )
+    serve.add_argument(
+        "--checkpoint-root",
+        default=None,
+        help="where simulated trainers write checkpoints, a file:// or other fsspec URL "
+        "(default: checkpoints/ beside the kubeconfig)",
+    )
+    serve.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        default=300.0,
+        help="simulated seconds between a trainer's periodic checkpoints, unless its pod's "
+        "tessera.io/sim-checkpoint-interval says otherwise (default: 300)",
     )
     serve.add_argument(
         "--duty-cycle",
@@ -121,15 +147,23 @@ async def _serve(args: argparse.Namespace) -> int:
         pod_start_seconds=args.pod_start_seconds,
         mig_reconfigure_seconds=args.mig_reconfigure_seconds,
     )
+    trainer = TrainerSettings(
+        nats_url=args.nats_url or None,
+        storage_url=args.checkpoint_root or (args.kubeconfig.resolve().parent / "checkpoints").as_uri(),
+        checkpoint_interval_s=args.checkpoint_interval,
+    )
     nodes = load_cluster(args.cluster, limit=args.limit) if args.cluster else default_cluster()
     trace = DutyCycleTrace.load(args.duty_cycle)
-    cluster = DevCluster(nodes, settings=settings, duty_cycle=trace, host=args.host, port=args.port)
+    cluster = DevCluster(
+        nodes, settings=settings, trainer=trainer, duty_cycle=trace, host=args.host, port=args.port
+    )
     async with cluster:
         path = cluster.write_kubeconfig(args.kubeconfig)
         gpus = sum(len(n.gpus) for n in cluster.ctx.nodes.values())
         print(
             f"devcluster: {len(nodes)} nodes, {gpus} GPUs; API server {cluster.url}; kubeconfig {path}; "
-            f"NVML {cluster.url}/nvml/<node>; speed x{args.speed:g}",
+            f"NVML {cluster.url}/nvml/<node>; speed x{args.speed:g}; checkpoints {trainer.storage_url}"
+            + ("; trainers talk to the checkpoint service over NATS" if trainer.nats_url else ""),
             flush=True,
         )
         stop = asyncio.Event()

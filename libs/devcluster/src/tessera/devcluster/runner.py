@@ -8,6 +8,9 @@ through the same store and reaches watchers as ordinary events, and nothing poll
         cluster.write_kubeconfig(".tessera/kubeconfig")
         cluster.nvml_readings("gpu-node-0")
         cluster.interrupt_spot("gpu-node-1", notice_s=30)
+
+Checkpointable pods run simulated trainers (`tessera.devcluster.sim.trainer`) that checkpoint to
+`TrainerSettings.storage_url` and, with `TrainerSettings.nats_url`, answer the checkpoint service.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tessera.devcluster.sim.nvml import DutyCycleTrace, GpuReading, NvmlModel, P
 from tessera.devcluster.sim.operator_controller import GpuOperator
 from tessera.devcluster.sim.spot import DEFAULT_NOTICE_S, SpotInterruptions, SpotNotice
 from tessera.devcluster.sim.state import FaultKind, SimNode
+from tessera.devcluster.sim.trainer import TrainerSettings
 
 
 class UnknownNodeError(KeyError):
@@ -42,6 +46,7 @@ class DevCluster:
         nodes: Sequence[NodeSpec],
         *,
         settings: SimSettings | None = None,
+        trainer: TrainerSettings | None = None,
         duty_cycle: DutyCycleTrace | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -52,7 +57,7 @@ class DevCluster:
         self.settings = settings or SimSettings()
         self.apiserver = ApiServer(host=host, port=port, history=history)
         sim_nodes = {spec.name: SimNode.from_spec(spec, i) for i, spec in enumerate(nodes)}
-        self.ctx = SimContext(self.apiserver.store, self.settings, sim_nodes)
+        self.ctx = SimContext(self.apiserver.store, self.settings, sim_nodes, trainer or TrainerSettings())
         self.kubelet = Kubelet(self.ctx)
         self.operator = GpuOperator(self.ctx, on_node_lost=self.kubelet.node_lost)
         self.spot = SpotInterruptions(self.ctx)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from tessera.devcluster.apiserver.store import ObjectStore
 from tessera.devcluster.sim.devices import Holding
 from tessera.devcluster.sim.state import SimClock, SimNode
+from tessera.devcluster.sim.trainer import TrainerSettings
 
 SIM_DURATION_ANNOTATION = "tessera.io/sim-duration"
 
@@ -46,6 +47,7 @@ class SimContext:
     store: ObjectStore
     settings: SimSettings
     nodes: dict[str, SimNode]
+    trainer: TrainerSettings = field(default_factory=TrainerSettings)
     clock: SimClock = field(init=False)
     devices: dict[str, PodDevices] = field(default_factory=dict)  # by namespace/name
     lock: threading.RLock = field(default_factory=threading.RLock)

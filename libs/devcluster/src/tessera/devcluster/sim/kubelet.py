@@ -2,7 +2,8 @@
 
 A pod bound to a simulated node is admitted (its devices allocated), goes Running after a short
 start delay, and Succeeds after its `tessera.io/sim-duration` annotation (simulated seconds); a pod
-without one runs until deleted. When its node is lost the pod Fails with reason NodeLost.
+without one runs until deleted. When its node is lost the pod Fails with reason NodeLost. A pod annotated
+`tessera.io/checkpointable` runs a simulated trainer while it runs (see `tessera.devcluster.sim.trainer`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tessera.devcluster.sim.context import SIM_DURATION_ANNOTATION, PodDevices, 
 from tessera.devcluster.sim.devices import AdmissionError, allocate, uses_gpus
 from tessera.devcluster.sim.nvml import SIM_PROFILE_ANNOTATION
 from tessera.devcluster.sim.state import SimNode
+from tessera.devcluster.sim.trainer import Trainers, TrainerSpec, trainer_spec
 
 log = logging.getLogger(__name__)
 _TERMINAL = ("Succeeded", "Failed")
@@ -65,6 +67,7 @@ class Kubelet:
     def __init__(self, ctx: SimContext) -> None:
         self.ctx = ctx
         self._lifecycles: dict[str, asyncio.Task[None]] = {}
+        self.trainers = Trainers(ctx.trainer, ctx.settings.speed, self._annotate)
 
     async def run(self) -> None:
         watch = self.ctx.store.watch(PODS)
@@ -116,7 +119,7 @@ class Kubelet:
             self._finish(key, uid, "Failed", *rejection)
             return
         self._lifecycles[key] = asyncio.get_running_loop().create_task(
-            self._live(key, uid, sim_duration(pod))
+            self._live(key, uid, sim_duration(pod), trainer_spec(pod, self.ctx.trainer))
         )
 
     def _rejection(self, node: SimNode, pod: dict[str, Any]) -> tuple[str, str] | None:
@@ -143,11 +146,13 @@ class Kubelet:
             )
         return None
 
-    async def _live(self, key: str, uid: str, duration: float | None) -> None:
+    async def _live(self, key: str, uid: str, duration: float | None, trainer: TrainerSpec | None) -> None:
         try:
             await self.ctx.clock.sleep(self.ctx.settings.pod_start_seconds)
             if not self._set_running(key, uid):
                 return
+            if trainer is not None:
+                self.trainers.start(key, uid, trainer)
             if duration is None:
                 return
             await self.ctx.clock.sleep(duration)
@@ -254,10 +259,22 @@ class Kubelet:
         self._release(key, uid)
 
     def _release(self, key: str, uid: str) -> None:
+        self.trainers.stop(key, uid)
         with self.ctx.lock:
             devices = self.ctx.devices.get(key)
             if devices is not None and devices.uid == uid:
                 del self.ctx.devices[key]
+
+    def _annotate(self, key: str, uid: str, annotations: dict[str, str]) -> None:
+        """What a trainer shows on its pod (still the same pod, even once it ended)."""
+        namespace, name = key.split("/", 1)
+
+        def change(pod: dict[str, Any]) -> None:
+            if pod["metadata"]["uid"] != uid:
+                raise _Skip
+            pod["metadata"].setdefault("annotations", {}).update(annotations)
+
+        self._update(namespace, name, change)
 
     def _update(self, namespace: str, name: str, change: Any) -> bool:
         try:
@@ -277,6 +294,7 @@ class Kubelet:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.trainers.stop_all()
 
 
 class _Skip(Exception):

@@ -6,8 +6,9 @@ What a cluster with the AWS Node Termination Handler (NTH) shows on a spot inter
   the value, cut to 63 characters) and a cordon (`spec.unschedulable`), as NTH in cordon-only mode;
   draining is left to Tessera, whose checkpoint service asks the jobs to save before the scheduler
   evicts them;
-- `tessera.io/termination-time` on the node, and a `SpotInterruption` condition saying when the
-  instance goes (wall-clock time: the notice is in simulated seconds, like every devcluster delay);
+- `tessera.io/termination-deadline` on the node (RFC 3339; the deadline the checkpoint service reads
+  from a node), and a `SpotInterruption` condition saying when the instance goes (wall-clock time: the
+  notice is in simulated seconds, like every devcluster delay);
 - when the notice runs out, the Node object is deleted, as the cloud controller manager deletes the
   Node of a terminated instance. The GPU Operator sees the deletion as a lost node, and the pods still
   on it fail with reason `NodeLost` (the devcluster's node-loss semantics).
@@ -31,7 +32,7 @@ from tessera.devcluster.sim.context import SimContext
 log = logging.getLogger(__name__)
 
 SPOT_INTERRUPTION_TAINT = "aws-node-termination-handler/spot-itn"
-TERMINATION_TIME_ANNOTATION = "tessera.io/termination-time"
+TERMINATION_DEADLINE_ANNOTATION = "tessera.io/termination-deadline"
 SPOT_INTERRUPTION_CONDITION = "SpotInterruption"
 #: what AWS gives: a two-minute warning
 DEFAULT_NOTICE_S = 120.0
@@ -140,7 +141,7 @@ def _mark(node: dict[str, Any], notice: SpotNotice, now: str) -> None:
     )
     spec["taints"] = taints
     spec["unschedulable"] = True
-    node["metadata"].setdefault("annotations", {})[TERMINATION_TIME_ANNOTATION] = notice.terminates_at
+    node["metadata"].setdefault("annotations", {})[TERMINATION_DEADLINE_ANNOTATION] = notice.terminates_at
     status = node.setdefault("status", {})
     conditions = [c for c in status.get("conditions") or [] if c.get("type") != SPOT_INTERRUPTION_CONDITION]
     conditions.append(
@@ -165,7 +166,7 @@ def _unmark(node: dict[str, Any], was_unschedulable: bool) -> None:
         spec.pop("taints", None)
     if not was_unschedulable:
         spec.pop("unschedulable", None)
-    (node["metadata"].get("annotations") or {}).pop(TERMINATION_TIME_ANNOTATION, None)
+    (node["metadata"].get("annotations") or {}).pop(TERMINATION_DEADLINE_ANNOTATION, None)
     status = node.setdefault("status", {})
     status["conditions"] = [
         c for c in status.get("conditions") or [] if c.get("type") != SPOT_INTERRUPTION_CONDITION

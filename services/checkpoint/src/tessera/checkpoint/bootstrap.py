@@ -1,29 +1,71 @@
-"""Wiring of the checkpoint service. For now it records placements, to know which jobs to checkpoint before a preemption."""
+"""Wiring of the checkpoint service."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from tessera.checkpoint.adapters import orm
+from tessera.checkpoint.adapters.nodes import KubeNodeWatch
 from tessera.checkpoint.config import CheckpointSettings, get_settings
+from tessera.checkpoint.domain.signals import TerminationPolicy
+from tessera.checkpoint.entrypoints.api import router
+from tessera.checkpoint.entrypoints.loops import time_out_requests, watch_nodes
+from tessera.checkpoint.service_layer import handlers as on
+from tessera.checkpoint.service_layer.dependencies import CheckpointDeps
 from tessera.checkpoint.service_layer.unit_of_work import CheckpointUnitOfWork
 from tessera.contracts import subjects
+from tessera.core.db.retention import RetentionRule
 from tessera.core.messaging.consumer import ConsumerSpec
-from tessera.core.recording.service_layer import record
-from tessera.core.recording.wiring import recording_service
 from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 
+#: name, stream owner, subject, handler. Reports only: the save commands this service sends to trainers
+#: (`cmd.save.<job>`, one token more) share its stream but not this subject.
+CONSUMERS = [
+    ("reports", "checkpoint", subjects.REPORT_CHECKPOINT, on.on_report_checkpoint),
+    ("preemptions", "admission", subjects.PREEMPTION_REQUESTED, on.on_preemption_requested),
+    ("admitted", "admission", subjects.JOB_ADMITTED, on.on_job_admitted),
+    ("jobs-finished", "admission", subjects.JOB_FINISHED, on.on_job_finished),
+    ("placements", "scheduler", subjects.GANG_PLACED, on.on_gang_placed),
+    ("gangs-finished", "scheduler", subjects.GANG_FINISHED, on.on_gang_finished),
+]
 
-def consumers() -> list[ConsumerSpec[CheckpointUnitOfWork]]:
-    return [ConsumerSpec("checkpoint-placements", "scheduler", subjects.GANG_PLACED, record)]
+
+def consumers(deps: CheckpointDeps) -> list[ConsumerSpec[CheckpointUnitOfWork]]:
+    return [
+        ConsumerSpec(f"checkpoint-{name}", owner, subject, on(deps)) for name, owner, subject, on in CONSUMERS
+    ]
 
 
-def build(settings: CheckpointSettings) -> ServiceDefinition[ServiceContext]:
-    return recording_service(
-        "checkpoint",
+def termination_policy(settings: CheckpointSettings) -> TerminationPolicy:
+    spot = settings.spot
+    return TerminationPolicy(
+        spot.taints, spot.labels, spot.deadline_annotations, timedelta(seconds=spot.notice_s)
+    )
+
+
+def build(settings: CheckpointSettings) -> ServiceDefinition[CheckpointDeps]:
+    async def dependencies(ctx: ServiceContext) -> CheckpointDeps:
+        kubeconfig, spot = settings.kubeconfig, settings.spot
+        nodes = KubeNodeWatch(kubeconfig, sync_timeout_s=spot.sync_timeout_s) if kubeconfig else None
+        return CheckpointDeps(
+            ctx.uow, ctx.stop, termination_policy(settings), nodes, settings.deadline_poll_s
+        )
+
+    history_s = settings.history_retention_h * 3600
+    return ServiceDefinition(
+        name="checkpoint",
         outbox=orm.outbox,
         inbox=orm.inbox,
         unit_of_work=CheckpointUnitOfWork,
-        consumers=consumers(),
-        observed_retention_h=settings.observed_retention_h,
+        dependencies=dependencies,
+        consumers=consumers,
+        routers=[router],
+        background=[time_out_requests, watch_nodes],
+        retention=[
+            RetentionRule(orm.checkpoint_requests, "updated_at", history_s),
+            RetentionRule(orm.jobs, "finished_at", history_s),
+            RetentionRule(orm.checkpoints, "saved_at", settings.checkpoints_retention_h * 3600),
+        ],
     )
 
 

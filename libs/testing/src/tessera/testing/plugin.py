@@ -3,7 +3,8 @@
 Session scope: ``nats_server``/``nats_url`` and ``postgres_server``/``database_url``; servers start
 only when a test asks for them and stop at the end of the session, on failure too (finalizers, plus
 ``atexit`` and a parent-death signal for the embedded processes).
-Function scope: ``fresh_database``, a new empty database for one test, dropped afterwards.
+Function scope: ``fresh_database``, a new empty database for one test, dropped afterwards;
+``restartable_postgres``, a private embedded PostgreSQL that the test may crash and restart.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tessera.testing.infra import (
     resolve_nats,
     resolve_postgres,
 )
+from tessera.testing.restartable_postgres import restartable_postgres as restartable_postgres
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
+from sqlalchemy import text
 
 from tessera.contracts import subjects
 from tessera.core import faults
@@ -23,8 +24,12 @@ from tessera.core.observability.logs import job_id_var
 from tessera.core.observability.metrics import Metrics
 from tessera.core.observability.tracing import span_from_headers
 from tessera.core.settings import ConsumerSettings
+from tessera.core.waits import wait_any
 
 log = logging.getLogger(__name__)
+
+#: how long the consumer waits for the database to answer `SELECT 1` before deeming it down
+DATABASE_PROBE_TIMEOUT_S = 5.0
 
 UowT = TypeVar("UowT", bound=UnitOfWork)
 Handler = Callable[[Envelope, UowT], Awaitable[None]]
@@ -159,7 +164,11 @@ class ConsumerRunner(Generic[UowT]):
 
     async def handle_batch(self, msgs: list[Msg]) -> None:
         """Handle a fetched batch in one transaction, each message in its own savepoint, so one commit
-        (one WAL flush) covers the batch while a failing message rolls back alone. Commit, then ack."""
+        (one WAL flush) covers the batch while a failing message rolls back alone. Commit, then ack.
+
+        A batch that fails while the database does not answer is no fault of its messages: they are
+        held (their ack deadline extended) and the batch runs again once the database answers, so an
+        outage spends none of their deliveries and sends none of them to the dead-letter subject."""
         started = time.perf_counter()
         decoded: list[tuple[Msg, Envelope]] = []
         for msg in msgs:
@@ -172,6 +181,23 @@ class ConsumerRunner(Generic[UowT]):
             decoded.append((msg, envelope))
         if not decoded:
             return
+        outcomes = await self._attempt(decoded)
+        while (
+            any(isinstance(o, BaseException) for _, _, o in outcomes) and not await self._database_answers()
+        ):
+            if not await self._hold_until_database_answers([msg for msg, _ in decoded]):
+                return  # stopping: unsettled, JetStream redelivers them after the ack wait
+            outcomes = await self._attempt(decoded)
+        faults.hit("consumer.after_commit")
+        for msg, envelope, outcome in outcomes:
+            await self._settle(msg, envelope, outcome)
+        elapsed = (time.perf_counter() - started) / len(decoded)
+        for _ in decoded:
+            self.metrics.handle_seconds.labels(self.spec.name).observe(elapsed)
+
+    async def _attempt(
+        self, decoded: list[tuple[Msg, Envelope]]
+    ) -> list[tuple[Msg, Envelope, str | BaseException]]:
         outcomes: list[tuple[Msg, Envelope, str | BaseException]] = []
         try:
             async with self.uow_factory() as uow:
@@ -184,12 +210,37 @@ class ConsumerRunner(Generic[UowT]):
                 extra={"consumer": self.spec.name, "error": repr(exc)},
             )
             outcomes = [(msg, envelope, exc) for msg, envelope in decoded]
-        faults.hit("consumer.after_commit")
-        for msg, envelope, outcome in outcomes:
-            await self._settle(msg, envelope, outcome)
-        elapsed = (time.perf_counter() - started) / len(decoded)
-        for _ in decoded:
-            self.metrics.handle_seconds.labels(self.spec.name).observe(elapsed)
+        return outcomes
+
+    async def _database_answers(self) -> bool:
+        async def probe() -> None:
+            async with self.uow_factory() as uow:
+                await uow.session.execute(text("SELECT 1"))
+
+        try:
+            await asyncio.wait_for(probe(), timeout=DATABASE_PROBE_TIMEOUT_S)
+        except Exception:
+            return False
+        return True
+
+    async def _hold_until_database_answers(self, msgs: list[Msg]) -> bool:
+        """Keep `msgs` (extending their ack deadline) until the database answers; False on stop."""
+        log.warning(
+            "the database does not answer; holding the batch until it does",
+            extra={"consumer": self.spec.name, "messages": len(msgs)},
+        )
+        delay = self.spec.backoff_base_s
+        longest = max(self.spec.backoff_base_s, min(self.spec.backoff_max_s, self.spec.ack_wait_s / 2))
+        while True:
+            for msg in msgs:
+                with contextlib.suppress(Exception):  # NATS away too: redelivered later, the inbox dedups
+                    await msg.in_progress()
+            if await wait_any(self.stop, timeout=delay):
+                return False
+            if await self._database_answers():
+                log.info("the database answers again; retrying the batch", extra={"consumer": self.spec.name})
+                return True
+            delay = min(delay * 2, longest)
 
     async def _handle_one(self, uow: UowT, envelope: Envelope) -> str | BaseException:
         job_token = job_id_var.set(envelope.subject)

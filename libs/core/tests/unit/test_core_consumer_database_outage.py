@@ -1,0 +1,143 @@
+"""The consumer holds a batch while the database is down, instead of spending its deliveries."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from types import SimpleNamespace
+from typing import Any
+
+from tessera.contracts.events import SubmitJob
+from tessera.core.messaging.consumer import ConsumerRunner, ConsumerSpec
+from tessera.core.messaging.envelope import Envelope, encode
+from tessera.core.observability.metrics import Metrics
+from tessera.core.settings import ConsumerSettings
+
+
+class Database:
+    """Down until it has been probed `down_for_probes` times; an inbox of handled message ids."""
+
+    def __init__(self, down_for_probes: int) -> None:
+        self.down = down_for_probes > 0
+        self.probes_left = down_for_probes
+        self.inbox: set[str] = set()
+        self.handled: list[str] = []
+
+    def check(self) -> None:
+        if self.down:
+            raise ConnectionRefusedError(111, "Connect call failed")
+
+
+class UnitOfWork:
+    """Just what the consumer uses of a unit of work, on the fake database."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.pending: set[str] = set()
+
+    async def __aenter__(self) -> UnitOfWork:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.pending = set()
+
+    @property
+    def session(self) -> UnitOfWork:
+        return self
+
+    @asynccontextmanager
+    async def begin_nested(self) -> AsyncIterator[None]:
+        self.db.check()
+        yield
+
+    async def execute(self, _: object) -> None:  # the consumer's probe, SELECT 1
+        if self.db.down:
+            self.db.probes_left -= 1
+            self.db.down = self.db.probes_left > 0
+            raise ConnectionRefusedError(111, "Connect call failed")
+
+    async def seen(self, _: str, message_id: str) -> bool:
+        self.db.check()
+        duplicate = message_id in self.db.inbox
+        self.pending.add(message_id)
+        return duplicate
+
+    async def flush_events(self) -> None:
+        self.db.check()
+
+    def forget_events(self) -> None:
+        return None
+
+    async def commit(self) -> None:
+        self.db.check()
+        self.db.inbox |= self.pending
+
+
+class Msg:
+    def __init__(self, job_id: str) -> None:
+        self.subject, self.headers, self.data = encode(SubmitJob(job_id=job_id, spec={}), "test")
+        self.metadata = SimpleNamespace(num_delivered=1, sequence=SimpleNamespace(stream=1))
+        self.settled: list[str] = []
+        self.in_progress_calls = 0
+        self.held = asyncio.Event()
+
+    async def ack(self) -> None:
+        self.settled.append("ack")
+
+    async def nak(self, delay: float | None = None) -> None:
+        self.settled.append("nak")
+
+    async def term(self) -> None:
+        self.settled.append("term")
+
+    async def in_progress(self) -> None:
+        self.in_progress_calls += 1
+        self.held.set()
+
+
+class JetStream:
+    def __init__(self) -> None:
+        self.published: list[str] = []
+
+    async def publish(self, subject: str, *_: Any, **__: Any) -> None:
+        self.published.append(subject)
+
+
+def runner(db: Database, js: JetStream, fail_handler: bool = False) -> ConsumerRunner[Any]:
+    async def handler(envelope: Envelope, uow: Any) -> None:
+        if fail_handler:
+            raise RuntimeError("the handler fails, the database is fine")
+        db.handled.append(envelope.subject)
+
+    settings = ConsumerSettings(backoff_base_s=0.01, backoff_max_s=0.05, ack_wait_s=1.0)
+    spec = ConsumerSpec("admission-submit", "admission", "s", handler).configured(settings)
+    return ConsumerRunner(js, spec, lambda: UnitOfWork(db), "admission", Metrics(), asyncio.Event())  # type: ignore[arg-type, return-value]
+
+
+async def test_a_batch_met_by_a_database_outage_is_held_then_handled_once() -> None:
+    db, js = Database(down_for_probes=3), JetStream()
+    msgs = [Msg("job-1"), Msg("job-2")]
+    await runner(db, js).handle_batch(msgs)  # type: ignore[arg-type]
+    assert db.handled == ["job-1", "job-2"]
+    assert [m.settled for m in msgs] == [["ack"], ["ack"]], "no delivery spent, nothing dead-lettered"
+    assert js.published == []
+    assert all(m.in_progress_calls >= 1 for m in msgs), "their ack deadline was extended meanwhile"
+
+
+async def test_a_handler_failing_while_the_database_answers_is_retried_by_nak() -> None:
+    db, js = Database(down_for_probes=0), JetStream()
+    msg = Msg("job-1")
+    await runner(db, js, fail_handler=True).handle_batch([msg])  # type: ignore[list-item]
+    assert (msg.settled, msg.in_progress_calls) == (["nak"], 0)
+
+
+async def test_stopping_while_the_database_is_down_leaves_the_batch_unsettled() -> None:
+    db, js = Database(down_for_probes=1000), JetStream()
+    consumer = runner(db, js)
+    msg = Msg("job-1")
+    handling = asyncio.create_task(consumer.handle_batch([msg]))  # type: ignore[list-item]
+    await asyncio.wait_for(msg.held.wait(), timeout=5)
+    consumer.stop.set()
+    await asyncio.wait_for(handling, timeout=5)
+    assert (msg.settled, js.published, db.handled) == ([], [], [])

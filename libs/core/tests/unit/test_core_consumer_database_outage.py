@@ -141,3 +141,43 @@ async def test_stopping_while_the_database_is_down_leaves_the_batch_unsettled() 
     consumer.stop.set()
     await asyncio.wait_for(handling, timeout=5)
     assert (msg.settled, js.published, db.handled) == ([], [], [])
+
+
+class FlakyAckMsg(Msg):
+    """The connection drops while this message is acked."""
+
+    async def ack(self) -> None:
+        raise ConnectionResetError("nats connection lost")
+
+
+class Subscription:
+    """Hands out the given batches, then stops the consumer."""
+
+    def __init__(self, batches: list[list[Msg]], stop: asyncio.Event) -> None:
+        self.batches = batches
+        self.stop = stop
+
+    async def fetch(self, batch: int, **__: Any) -> list[Msg]:
+        if batch > 1:  # the linger after the first message: nothing more arrives
+            raise TimeoutError
+        if not self.batches:
+            self.stop.set()
+            raise TimeoutError
+        return self.batches.pop(0)
+
+    async def unsubscribe(self) -> None:
+        return None
+
+
+async def test_a_batch_whose_ack_fails_does_not_end_the_consumer() -> None:
+    db, js = Database(down_for_probes=0), JetStream()
+    consumer = runner(db, js)
+    later = Msg("job-2")
+    sub = Subscription([[FlakyAckMsg("job-1")], [later]], consumer.stop)
+
+    async def subscribed() -> Subscription:
+        return sub
+
+    consumer._subscribe = subscribed  # type: ignore[method-assign, assignment]
+    await asyncio.wait_for(consumer.run(), timeout=10)
+    assert db.handled == ["job-1", "job-2"] and later.settled == ["ack"]

@@ -153,7 +153,13 @@ class ConsumerRunner(Generic[UowT]):
                 log.exception("fetch failed", extra={"consumer": self.spec.name})
                 await asyncio.sleep(0.5)
                 continue
-            await self.handle_batch(msgs)
+            try:
+                await self.handle_batch(msgs)
+            except Exception:
+                # Say an ack failed on a NATS hiccup: whatever was not acked is redelivered after
+                # ack_wait and the inbox drops what was already handled, so the consumer goes on.
+                log.exception("settling a batch failed; unacked messages will be redelivered")
+                await asyncio.sleep(0.5)
         try:
             await sub.unsubscribe()
         except Exception:

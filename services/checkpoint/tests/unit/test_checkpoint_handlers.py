@@ -165,6 +165,16 @@ async def test_a_job_already_asked_for_its_node_answers_the_preemption_with_the_
     ]
 
 
+async def test_a_preemption_decided_before_the_job_ended_asks_nothing(
+    deps: CheckpointDeps, uow: Any, clock: Any
+) -> None:
+    decided_at = clock()
+    finished = JobFinished(job_id=JOB, state="cancelled", reason="by request", at=clock.advance(1))
+    await handle(on.on_job_finished(deps), finished, uow)
+    await handle(on.on_preemption_requested(deps), preemption(deps), uow, at=decided_at)
+    assert uow.outbox == [] and uow.stored.requests == {}
+
+
 # -- report_checkpoint ---------------------------------------------------------------------------------
 async def test_a_saved_report_records_the_checkpoint_and_lets_the_eviction_go(
     deps: CheckpointDeps, uow: Any

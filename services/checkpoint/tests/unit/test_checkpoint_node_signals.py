@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tessera.checkpoint import bootstrap
 from tessera.checkpoint.config import CheckpointSettings
 from tessera.checkpoint.domain.signals import NodeSignal, NodeState, TerminationPolicy, parse_time
 
@@ -15,7 +14,7 @@ NOW = datetime(2026, 11, 24, 9, 0, tzinfo=UTC)
 
 
 def policy(**spot: object) -> TerminationPolicy:
-    return bootstrap.termination_policy(CheckpointSettings.model_validate({"spot": spot}))
+    return CheckpointSettings.model_validate({"spot": spot}).spot.policy()
 
 
 @pytest.mark.parametrize(
@@ -88,6 +87,6 @@ def test_times_parse_as_rfc3339_or_unix_seconds(text: str, expected: datetime | 
 def test_the_lists_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TESSERA_CHECKPOINT_SPOT__TAINTS", '{"example.com/going": "node_termination"}')
     monkeypatch.setenv("TESSERA_CHECKPOINT_SPOT__NOTICE_S", "120")
-    configured = bootstrap.termination_policy(CheckpointSettings())
+    configured = CheckpointSettings().spot.policy()
     assert dict(configured.taints) == {"example.com/going": "node_termination"}
     assert configured.notice == timedelta(minutes=2)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from tessera.checkpoint.adapters import orm
 from tessera.checkpoint.adapters.nodes import KubeNodeWatch
 from tessera.checkpoint.config import CheckpointSettings, get_settings
-from tessera.checkpoint.domain.signals import TerminationPolicy
 from tessera.checkpoint.entrypoints.api import router
 from tessera.checkpoint.entrypoints.loops import time_out_requests, watch_nodes
 from tessera.checkpoint.service_layer import handlers as on
@@ -36,20 +33,11 @@ def consumers(deps: CheckpointDeps) -> list[ConsumerSpec[CheckpointUnitOfWork]]:
     ]
 
 
-def termination_policy(settings: CheckpointSettings) -> TerminationPolicy:
-    spot = settings.spot
-    return TerminationPolicy(
-        spot.taints, spot.labels, spot.deadline_annotations, timedelta(seconds=spot.notice_s)
-    )
-
-
 def build(settings: CheckpointSettings) -> ServiceDefinition[CheckpointDeps]:
     async def dependencies(ctx: ServiceContext) -> CheckpointDeps:
         kubeconfig, spot = settings.kubeconfig, settings.spot
         nodes = KubeNodeWatch(kubeconfig, sync_timeout_s=spot.sync_timeout_s) if kubeconfig else None
-        return CheckpointDeps(
-            ctx.uow, ctx.stop, termination_policy(settings), nodes, settings.deadline_poll_s
-        )
+        return CheckpointDeps(ctx.uow, ctx.stop, spot.policy(), nodes, settings.deadline_poll_s)
 
     history_s = settings.history_retention_h * 3600
     return ServiceDefinition(

@@ -7,12 +7,14 @@ preemptions, which reach it as events.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
 
 from pydantic import AliasChoices, BaseModel, Field
 
 from tessera.checkpoint.domain.model import NODE_TERMINATION, SPOT_INTERRUPTION
+from tessera.checkpoint.domain.signals import TerminationPolicy
 from tessera.core.settings import ServiceSettings, http_port, service_config
 
 #: taint key -> why a node carrying it is going away (the reason of the checkpoint requests it causes)
@@ -51,6 +53,11 @@ class SpotSettings(BaseModel):
         30.0, gt=0, description="time to checkpoint when the signal carries no deadline (GCP gives 30 s)"
     )
     sync_timeout_s: float = Field(30.0, gt=0, description="how long to wait for the first node list")
+
+    def policy(self) -> TerminationPolicy:
+        return TerminationPolicy(
+            self.taints, self.labels, self.deadline_annotations, timedelta(seconds=self.notice_s)
+        )
 
 
 class CheckpointSettings(ServiceSettings):

@@ -289,7 +289,7 @@ class Job:
 
     def admitted(self, checkpointable: bool, at: datetime) -> None:
         self.checkpointable = checkpointable
-        if self.finished_at is not None and at < self.finished_at:
+        if self.ended_before(at):
             return  # an old admission, delivered after the end of that run
         self.admitted_at = at
         self.finished_at = None
@@ -297,11 +297,13 @@ class Job:
     def told_checkpointable(self, checkpointable: bool) -> None:
         self.checkpointable = checkpointable
 
+    def ended_before(self, at: datetime) -> bool:
+        """News from `at` is about a run that has ended since (delivered late, on another consumer)."""
+        return self.finished_at is not None and at < self.finished_at
+
     def placed(self, pods: Mapping[str, str], at: datetime) -> bool:
         """The gang is bound: its pods replace the ones known. False when the news is stale."""
-        if (self.finished_at is not None and at < self.finished_at) or (
-            self.placed_at is not None and at < self.placed_at
-        ):
+        if self.ended_before(at) or (self.placed_at is not None and at < self.placed_at):
             return False
         self.pods = dict(pods)
         self.placed_at = at

@@ -50,12 +50,16 @@ def request_id_for(message_id: str) -> str:
 
 
 async def request_preemption_checkpoint(
-    uow: CheckpointUnitOfWork, event: PreemptionRequested, request_id: str, now: datetime
+    uow: CheckpointUnitOfWork, event: PreemptionRequested, request_id: str, at: datetime, now: datetime
 ) -> CheckpointRequest | None:
     """Ask the victim to save before its eviction, or let the eviction go ahead at once when it
     cannot (not checkpointable) or may not wait (forced, or the deadline passed). A job asked once
-    already is not asked again: its open request ends with the one `ready_for_eviction`."""
+    already is not asked again: its open request ends with the one `ready_for_eviction`. A preemption
+    from before the job ended (`at`: when admission decided it) is news of a run that is gone."""
     job = await uow.jobs.get(event.victim_job_id)
+    if job.ended_before(at):
+        log.info("preemption of a job that has ended since: ignored", extra={"job_id": job.job_id})
+        return None
     job.told_checkpointable(event.checkpointable)
     await uow.jobs.save(job)
     preemptor = event.preemptor_job_id
@@ -165,7 +169,8 @@ def _parse(envelope: Envelope, kind: type[M]) -> M:
 def on_preemption_requested(deps: CheckpointDeps) -> Handler[CheckpointUnitOfWork]:
     async def handle_preemption_requested(envelope: Envelope, uow: CheckpointUnitOfWork) -> None:
         event = _parse(envelope, PreemptionRequested)
-        if await request_preemption_checkpoint(uow, event, request_id_for(envelope.id), deps.clock()):
+        request_id = request_id_for(envelope.id)
+        if await request_preemption_checkpoint(uow, event, request_id, envelope.time, deps.clock()):
             uow.when_committed(deps.deadline_wake.set)
 
     return handle_preemption_requested

@@ -1,0 +1,231 @@
+{{/*
+Everything one Tessera service deploys: ServiceAccount, RBAC, the workload, its Service and its
+PodDisruptionBudget. A service chart's only template calls it:
+
+  {{ include "tessera-lib.service" (dict "ctx" . "kind" "Deployment") }}
+
+with, optionally, "env" / "volumes" / "volumeMounts" (lists), "pod" (fields added to the pod spec)
+and "roleNamespace" (where the Role of rbac.namespaceRules goes; the release namespace by default).
+*/}}
+{{- define "tessera-lib.service" -}}
+{{- $ := .ctx -}}
+{{- $v := $.Values -}}
+{{- $name := include "tessera-lib.fullname" $ -}}
+{{- $prefix := printf "TESSERA_%s_" (upper $.Chart.Name) -}}
+{{- $kubeApi := (($v.kubernetesApi | default dict).enabled | default false) -}}
+{{- $roleNamespace := .roleNamespace | default $.Release.Namespace -}}
+{{- $sa := $v.serviceAccount.name | default $name -}}
+{{- if $v.serviceAccount.create }}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ $sa }}
+  labels:
+    {{- include "tessera-lib.labels" $ | nindent 4 }}
+  {{- with $v.serviceAccount.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+automountServiceAccountToken: {{ $kubeApi }}
+{{- end }}
+{{- if and $kubeApi $v.rbac.create }}
+{{- range $scope := list "cluster" "namespace" }}
+{{- $rules := ternary $v.rbac.clusterRules $v.rbac.namespaceRules (eq $scope "cluster") }}
+{{- if $rules }}
+{{- $role := ternary "ClusterRole" "Role" (eq $scope "cluster") }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: {{ $role }}
+metadata:
+  name: {{ $name }}
+  {{- if eq $scope "namespace" }}
+  namespace: {{ $roleNamespace }}
+  {{- end }}
+  labels:
+    {{- include "tessera-lib.labels" $ | nindent 4 }}
+rules:
+  {{- toYaml $rules | nindent 2 }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: {{ $role }}Binding
+metadata:
+  name: {{ $name }}
+  {{- if eq $scope "namespace" }}
+  namespace: {{ $roleNamespace }}
+  {{- end }}
+  labels:
+    {{- include "tessera-lib.labels" $ | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: {{ $role }}
+  name: {{ $name }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ $sa }}
+    namespace: {{ $.Release.Namespace }}
+{{- end }}
+{{- end }}
+{{- end }}
+---
+apiVersion: apps/v1
+kind: {{ .kind }}
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "tessera-lib.labels" $ | nindent 4 }}
+spec:
+  {{- if eq .kind "Deployment" }}
+  replicas: {{ $v.replicaCount }}
+  {{- with $v.strategy }}
+  strategy:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- else }}
+  {{- with $v.updateStrategy }}
+  updateStrategy:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- end }}
+  selector:
+    matchLabels:
+      {{- include "tessera-lib.selectorLabels" $ | nindent 6 }}
+  template:
+    metadata:
+      labels:
+        {{- include "tessera-lib.labels" $ | nindent 8 }}
+        {{- with $v.podLabels }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      {{- with $v.podAnnotations }}
+      annotations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    spec:
+      serviceAccountName: {{ $sa }}
+      automountServiceAccountToken: {{ $kubeApi }}
+      {{- with .pod }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+      {{- with $v.global.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.priorityClassName }}
+      priorityClassName: {{ . }}
+      {{- end }}
+      terminationGracePeriodSeconds: {{ $v.terminationGracePeriodSeconds }}
+      securityContext:
+        {{- include "tessera-lib.podSecurityContext" (dict "uid" $v.global.image.uid) | nindent 8 }}
+      containers:
+        - name: {{ $.Chart.Name }}
+          image: {{ include "tessera-lib.image" $ }}
+          imagePullPolicy: {{ $v.global.image.pullPolicy }}
+          command: ["python", "-m", "tessera.{{ $.Chart.Name }}"]
+          ports:
+            - name: http
+              containerPort: {{ $v.port }}
+              protocol: TCP
+          env:
+            {{- include "tessera-lib.sharedEnv" $ | nindent 12 }}
+            - name: {{ $prefix }}HTTP_HOST
+              value: "0.0.0.0"
+            - name: {{ $prefix }}HTTP_PORT
+              value: {{ $v.port | quote }}
+            - name: {{ $prefix }}LOG_LEVEL
+              value: {{ $v.logLevel | default $v.global.logLevel | quote }}
+            {{- if $kubeApi }}
+            - name: {{ $prefix }}KUBECONFIG
+              value: /etc/tessera/kube/kubeconfig
+            {{- end }}
+            {{- with .env }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
+            {{- include "tessera-lib.settingsEnv" (dict "prefix" $prefix "settings" $v.settings) | nindent 12 }}
+          startupProbe:
+            httpGet:
+              path: /healthz
+              port: http
+            {{- toYaml $v.probes.startup | nindent 12 }}
+          readinessProbe:
+            httpGet:
+              path: /readyz
+              port: http
+            {{- toYaml $v.probes.readiness | nindent 12 }}
+          livenessProbe:
+            httpGet:
+              path: /healthz
+              port: http
+            {{- toYaml $v.probes.liveness | nindent 12 }}
+          resources:
+            {{- toYaml $v.resources | nindent 12 }}
+          securityContext:
+            {{- include "tessera-lib.containerSecurityContext" $ | nindent 12 }}
+          volumeMounts:
+            - name: tmp
+              mountPath: /tmp
+            {{- if $kubeApi }}
+            - name: kubeconfig
+              mountPath: /etc/tessera/kube
+              readOnly: true
+            {{- end }}
+            {{- with .volumeMounts }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
+      volumes:
+        - name: tmp
+          emptyDir:
+            sizeLimit: 64Mi
+        {{- if $kubeApi }}
+        - name: kubeconfig
+          configMap:
+            name: {{ include "tessera-lib.shared" (dict "root" $ "suffix" "kubeconfig") }}
+        {{- end }}
+        {{- with .volumes }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      {{- with $v.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "tessera-lib.labels" $ | nindent 4 }}
+spec:
+  type: {{ $v.service.type }}
+  {{- if eq .kind "DaemonSet" }}
+  clusterIP: None
+  {{- end }}
+  selector:
+    {{- include "tessera-lib.selectorLabels" $ | nindent 4 }}
+  ports:
+    - name: http
+      port: {{ $v.port }}
+      targetPort: http
+      protocol: TCP
+{{- if and (eq .kind "Deployment") $v.podDisruptionBudget.enabled }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "tessera-lib.labels" $ | nindent 4 }}
+spec:
+  maxUnavailable: {{ $v.podDisruptionBudget.maxUnavailable }}
+  selector:
+    matchLabels:
+      {{- include "tessera-lib.selectorLabels" $ | nindent 6 }}
+{{- end }}
+{{- end -}}

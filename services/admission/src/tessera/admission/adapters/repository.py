@@ -137,12 +137,14 @@ class JobRepository:
         ]
         return self._seen(_to_job(row, history), len(history))
 
-    async def get_many(self, ids: Collection[str]) -> dict[str, Job]:
-        """Many jobs in one query, without their history (the cycle appends to it, never reads it)."""
+    async def get_many(self, ids: Sequence[str]) -> dict[str, Job]:
+        """Many jobs in one query, without their history (the cycle appends to it, never reads it),
+        in the order of `ids`: the order their events are published in."""
         if not ids:
             return {}
         rows = await self.session.execute(select(*AGGREGATE).where(jobs.c.id == ids_param(ids)))
-        return {row.id: self._seen(_to_job(row, []), 0) for row in rows}
+        found = {row.id: _to_job(row, []) for row in rows}
+        return {i: self._seen(found[i], 0) for i in ids if i in found}
 
     async def active(self) -> list[ActiveJob]:
         """The queueing view of every queued job and every job holding quota, oldest first."""

@@ -91,10 +91,12 @@ async def apply_decisions(
     waits += [(job_id, INADMISSIBLE, message) for job_id, message in state.inadmissible.items()]
     # A wait the job already records is no news: leave that job unloaded.
     waits = [w for w in waits if state.jobs[w[0]].waiting != (w[1], w[2])]
-    wanted = {d.job for d in result.decisions if isinstance(d, Admit)}
-    wanted |= {d.victim for d in result.decisions if isinstance(d, Preempt)}
-    wanted |= {job_id for job_id, _, _ in waits}
-    jobs = await uow.jobs.get_many(wanted)
+    # In decision order, so the events go out in the order the engine decided.
+    wanted = [
+        d.job if isinstance(d, Admit) else d.victim for d in result.decisions if not isinstance(d, Wait)
+    ]
+    wanted += [job_id for job_id, _, _ in waits]
+    jobs = await uow.jobs.get_many(list(dict.fromkeys(wanted)))
     for decision in result.decisions:
         if isinstance(decision, Admit):
             _admit(jobs[decision.job], decision, now)

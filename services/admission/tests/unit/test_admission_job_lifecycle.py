@@ -1,12 +1,19 @@
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tessera.admission.domain.model import InvalidTransition, Job, JobState
 from tessera.contracts.base import FieldError
-from tessera.contracts.events import JobAccepted, JobAdmitted, JobFinished, JobRejected, JobStateChanged
+from tessera.contracts.events import (
+    JobAccepted,
+    JobAdmitted,
+    JobFinished,
+    JobRejected,
+    JobStateChanged,
+    PreemptionRequested,
+)
 from tessera.contracts.jobs import JobSpec
 
 NOW = datetime(2026, 11, 21, tzinfo=UTC)
@@ -86,3 +93,80 @@ def test_transitions_outside_the_lifecycle_are_refused(path: list[JobState], tar
         job.move(state, "test", NOW)
     with pytest.raises(InvalidTransition, match=f"cannot move from {job.state} to {target}"):
         job.move(target, "test", NOW)
+
+
+def admitted_job() -> Job:
+    job = Job.submit("j1", SPEC, NOW)
+    job.admit(NOW, "admitted to queue default in flavor a100", ("a100",))
+    job.events.clear()
+    return job
+
+
+def test_admission_records_the_flavors_and_clears_the_wait() -> None:
+    job = Job.submit("j1", SPEC, NOW)
+    job.wait("QuotaExhausted", "no unused quota", NOW)
+    job.admit(NOW, "admitted", ("a100",))
+    assert (job.flavors, job.admitted_at, job.waiting) == (("a100",), NOW, None)
+
+
+def test_only_a_new_wait_reason_is_news_and_only_a_queued_job_waits() -> None:
+    job = Job.submit("j1", SPEC, NOW)
+    job.events.clear()
+    job.wait("QuotaExhausted", "no unused quota", NOW)
+    job.wait("QuotaExhausted", "no unused quota", NOW)
+    assert [e.reason for e in job.events] == ["waiting: QuotaExhausted: no unused quota"]
+    job.wait("NoFeasiblePlacement", "no room", NOW)
+    assert job.waiting == ("NoFeasiblePlacement", "no room") and len(job.events) == 2
+    running = admitted_job()
+    running.wait("QuotaExhausted", "no unused quota", NOW)
+    assert running.events == [] and running.waiting is None
+
+
+def test_a_preemption_request_keeps_the_job_running_and_names_who_wants_its_quota() -> None:
+    job = admitted_job()
+    deadline = NOW + timedelta(seconds=90)
+    job.request_preemption("urgent", "InQueuePriority", 30.0, deadline, True, NOW)
+    assert (job.state, job.preempted_by, job.preemption_deadline) == (JobState.ADMITTED, "urgent", deadline)
+    requested, noted = job.events
+    assert requested == PreemptionRequested(
+        victim_job_id="j1",
+        preemptor_job_id="urgent",
+        reason="InQueuePriority",
+        deadline=deadline,
+        grace_period_s=30.0,
+        checkpointable=True,
+    )
+    assert isinstance(noted, JobStateChanged) and noted.state == noted.previous_state == "admitted"
+
+
+def test_a_forced_preemption_ends_the_job_and_frees_its_quota() -> None:
+    job = admitted_job()
+    job.preempt("urgent", "InQueuePriority", 0.0, NOW, False, NOW)
+    assert job.state is JobState.PREEMPTED
+    assert [type(e) for e in job.events] == [PreemptionRequested, JobStateChanged, JobFinished]
+    assert isinstance(job.events[0], PreemptionRequested) and job.events[0].forced
+
+
+@pytest.mark.parametrize("ask", ["request_preemption", "preempt"])
+def test_a_job_that_holds_no_quota_cannot_be_preempted(ask: str) -> None:
+    job = Job.submit("j1", SPEC, NOW)
+    with pytest.raises(InvalidTransition, match="holds quota"):
+        getattr(job, ask)("urgent", "InQueuePriority", 0.0, NOW, False, NOW)
+    assert job.state is JobState.QUEUED
+
+
+def test_the_scheduler_places_only_an_admitted_job() -> None:
+    job = admitted_job()
+    job.place(2, ["gpu-2", "gpu-1", "gpu-2"], NOW)
+    assert job.history[-1].reason == "placed 2 pods on gpu-1, gpu-2"
+    with pytest.raises(InvalidTransition):
+        job.place(2, ["gpu-1"], NOW)
+    with pytest.raises(InvalidTransition, match="no longer waits for a placement"):
+        job.unschedulable("0/4 nodes fit", NOW)
+
+
+def test_a_release_after_a_preemption_request_names_the_preemptor() -> None:
+    job = admitted_job()
+    job.request_preemption("urgent", "InQueuePriority", 30.0, NOW, False, NOW)
+    job.report(JobState.PREEMPTED, "", NOW)
+    assert job.history[-1].reason == "released after preemption by urgent"

@@ -213,7 +213,7 @@ def apply_patch(target: dict[str, Any], patch: Any, content_type: str) -> dict[s
         result = strategic_merge_patch(target, _require_object(patch))
     elif media == APPLY_PATCH:
         raise unsupported_media_type(
-            "server-side apply is not supported by the devcluster; use a merge patch"
+            "server-side apply of a subresource is not supported by the devcluster; use a merge patch"
         )
     else:
         raise unsupported_media_type(f"the patch Content-Type {content_type!r} is not supported")

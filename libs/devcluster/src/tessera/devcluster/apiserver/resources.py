@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 _ALL_VERBS = frozenset({"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"})
 
@@ -63,6 +64,52 @@ PODDISRUPTIONBUDGETS = ResourceType(
     "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), frozenset({"status"})
 )
 
+# What a Helm chart deploys (Tessera's own, helm/tessera): stored and served, never reconciled (no
+# controller makes a Deployment's pods). CustomResourceDefinitions also serve their resources.
+_STATUS = frozenset({"status"})
+SERVICEACCOUNTS = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",))
+SECRETS = ResourceType("", "v1", "secrets", "Secret", True)
+SERVICES = ResourceType("", "v1", "services", "Service", True, ("svc",), _STATUS, categories=("all",))
+DEPLOYMENTS = ResourceType(
+    "apps", "v1", "deployments", "Deployment", True, ("deploy",), _STATUS, categories=("all",)
+)
+DAEMONSETS = ResourceType(
+    "apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), _STATUS, categories=("all",)
+)
+STATEFULSETS = ResourceType(
+    "apps", "v1", "statefulsets", "StatefulSet", True, ("sts",), _STATUS, categories=("all",)
+)
+JOBS = ResourceType("batch", "v1", "jobs", "Job", True, (), _STATUS, categories=("all",))
+_RBAC = "rbac.authorization.k8s.io"
+ROLES = ResourceType(_RBAC, "v1", "roles", "Role", True)
+ROLEBINDINGS = ResourceType(_RBAC, "v1", "rolebindings", "RoleBinding", True)
+CLUSTERROLES = ResourceType(_RBAC, "v1", "clusterroles", "ClusterRole", False)
+CLUSTERROLEBINDINGS = ResourceType(_RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", False)
+CUSTOMRESOURCEDEFINITIONS = ResourceType(
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    False,
+    ("crd", "crds"),
+    _STATUS,
+)
+
+DEPLOYMENT_RESOURCES: tuple[ResourceType, ...] = (
+    SERVICEACCOUNTS,
+    SECRETS,
+    SERVICES,
+    DEPLOYMENTS,
+    DAEMONSETS,
+    STATEFULSETS,
+    JOBS,
+    ROLES,
+    ROLEBINDINGS,
+    CLUSTERROLES,
+    CLUSTERROLEBINDINGS,
+    CUSTOMRESOURCEDEFINITIONS,
+)
+
 DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     PODS,
     NODES,
@@ -73,7 +120,31 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     PODGROUPS,
     LEASES,
     PODDISRUPTIONBUDGETS,
+    *DEPLOYMENT_RESOURCES,
 )
+
+
+def crd_resource_types(crd: dict[str, Any]) -> list[ResourceType]:
+    """The resource types a CustomResourceDefinition serves: one per served version."""
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    group, plural, kind = spec.get("group"), names.get("plural"), names.get("kind")
+    if not (group and plural and kind):
+        return []
+    return [
+        ResourceType(
+            group,
+            str(version["name"]),
+            plural,
+            kind,
+            spec.get("scope", "Namespaced") == "Namespaced",
+            tuple(names.get("shortNames") or ()),
+            frozenset(version.get("subresources") or {}),
+            categories=tuple(names.get("categories") or ()),
+        )
+        for version in spec.get("versions") or []
+        if isinstance(version, dict) and version.get("served", True) and version.get("name")
+    ]
 
 
 class ResourceRegistry:

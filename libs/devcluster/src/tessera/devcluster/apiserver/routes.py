@@ -5,14 +5,23 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp.web
+import yaml
 
 from tessera.devcluster.apiserver import errors
 from tessera.devcluster.apiserver.errors import ApiError
-from tessera.devcluster.apiserver.resources import BINDINGS, PODS, ResourceRegistry, ResourceType
+from tessera.devcluster.apiserver.patching import APPLY_PATCH
+from tessera.devcluster.apiserver.resources import (
+    BINDINGS,
+    CUSTOMRESOURCEDEFINITIONS,
+    PODS,
+    ResourceRegistry,
+    ResourceType,
+)
 from tessera.devcluster.apiserver.selectors import Selector
 from tessera.devcluster.apiserver.store import ObjectStore
 from tessera.devcluster.apiserver.tables import to_table, wants_table
@@ -67,9 +76,16 @@ def _success(code: int, details: dict[str, Any] | None = None) -> dict[str, Any]
 
 
 class ResourceRouter:
-    def __init__(self, store: ObjectStore, registry: ResourceRegistry) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        registry: ResourceRegistry,
+        on_crd: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.store = store
         self.registry = registry
+        self.on_crd = on_crd
+        """Called with every CustomResourceDefinition written, to serve its resources."""
 
     async def handle(self, request: aiohttp.web.BaseRequest, route: Route) -> aiohttp.web.StreamResponse:
         try:
@@ -84,7 +100,12 @@ class ResourceRouter:
         try:
             return json.loads(raw)
         except ValueError as exc:
-            raise errors.bad_request(f"the request body is not valid JSON: {exc}") from None
+            if _media(request) != APPLY_PATCH:
+                raise errors.bad_request(f"the request body is not valid JSON: {exc}") from None
+        try:  # an apply configuration may be YAML
+            return yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise errors.bad_request(f"the apply configuration is not valid YAML: {exc}") from None
 
     async def _dispatch(self, request: aiohttp.web.BaseRequest, route: Route) -> aiohttp.web.StreamResponse:
         resource = self.registry.find(route.group, route.version, route.plural)
@@ -109,6 +130,16 @@ class ResourceRouter:
                 return self._list(request, resource, route)
             return self._maybe_table(request, resource, self.store.get(resource, route.namespace, route.name))
         body = await self._body(request)
+        response = self._write(request, method, resource, route, body)
+        written = method in ("POST", "PUT", "PATCH") and response.status < 300
+        if resource == CUSTOMRESOURCEDEFINITIONS and written and self.on_crd is not None:
+            assert isinstance(response.body, bytes)
+            self.on_crd(json.loads(response.body))
+        return response
+
+    def _write(
+        self, request: aiohttp.web.BaseRequest, method: str, resource: ResourceType, route: Route, body: Any
+    ) -> aiohttp.web.Response:
         if method == "POST":
             return self._post(resource, route, body)
         if route.name is None:
@@ -118,6 +149,9 @@ class ResourceRouter:
         if method == "PUT":
             obj = self.store.replace(resource, route.namespace, route.name, body, route.subresource)
             return _json(obj)
+        if method == "PATCH" and _media(request) == APPLY_PATCH and route.subresource is None:
+            obj, created = self.store.apply(resource, route.namespace, route.name, body)
+            return _json(obj, 201 if created else 200)
         if method == "PATCH":
             content_type = request.headers.get("Content-Type", "application/strategic-merge-patch+json")
             obj = self.store.patch(
@@ -240,6 +274,10 @@ class ResourceRouter:
             watch.close()
         await response.write_eof()
         return response
+
+
+def _media(request: aiohttp.web.BaseRequest) -> str:
+    return request.headers.get("Content-Type", "").split(";")[0].strip().lower()
 
 
 def _line(event: dict[str, Any]) -> bytes:

@@ -8,7 +8,13 @@ from typing import Any
 
 from tessera.devcluster.apiserver.clock import rfc3339_now
 from tessera.devcluster.apiserver.errors import invalid
-from tessera.devcluster.apiserver.resources import NAMESPACES, NODES, PODS, ResourceType
+from tessera.devcluster.apiserver.resources import (
+    CUSTOMRESOURCEDEFINITIONS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    ResourceType,
+)
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -49,8 +55,24 @@ def prepare_for_create(resource: ResourceType, obj: dict[str, Any]) -> None:
     elif resource == NODES:
         obj.setdefault("spec", {})
         obj.setdefault("status", {})
+    elif resource == CUSTOMRESOURCEDEFINITIONS:
+        obj["status"] = crd_status(obj)
     elif resource.has_status:
         obj.setdefault("status", {})
+
+
+def crd_status(crd: dict[str, Any]) -> dict[str, Any]:
+    """Established at once, with the names asked for, as the apiextensions controller reports it."""
+    spec = crd.get("spec") or {}
+    now = rfc3339_now()
+    return {
+        "acceptedNames": copy.deepcopy(spec.get("names") or {}),
+        "conditions": [
+            {"type": kind, "status": "True", "reason": reason, "lastTransitionTime": now}
+            for kind, reason in (("NamesAccepted", "NoConflicts"), ("Established", "InitialNamesAccepted"))
+        ],
+        "storedVersions": [v["name"] for v in spec.get("versions") or [] if v.get("storage")],
+    }
 
 
 def default_pod_spec(spec: dict[str, Any]) -> None:

@@ -22,7 +22,12 @@ from kmock._internal import k8s as kmock_k8s
 from kmock._internal import rendering as kmock_rendering
 
 from tessera.devcluster.apiserver import openapi
-from tessera.devcluster.apiserver.resources import NAMESPACES, ResourceRegistry, ResourceType
+from tessera.devcluster.apiserver.resources import (
+    NAMESPACES,
+    ResourceRegistry,
+    ResourceType,
+    crd_resource_types,
+)
 from tessera.devcluster.apiserver.routes import ResourceRouter, parse_route
 from tessera.devcluster.apiserver.store import ObjectStore
 
@@ -50,19 +55,31 @@ class DevClusterEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     def __attrs_post_init__(self) -> None:
         # Only the scaffold's discovery reactions: resource requests never reach kmock's own store.
         kmock_k8s.KubernetesScaffold.__attrs_post_init__(self)
-        self._router = ResourceRouter(self.store, self.registry)
+        self._router = ResourceRouter(self.store, self.registry, on_crd=self.serve_crd)
         self.fallback["get /openapi/v3"] << (lambda: openapi.root_document(self.registry))
         self.fallback["get", re.compile(r"/openapi/v3/.+")] << self._serve_openapi
         for rtype in self.registry:
-            self.resources[kmock.resource(rtype.group, rtype.version, rtype.plural)] = kmock.ResourceInfo(
-                kind=rtype.kind,
-                singular=rtype.singular,
-                namespaced=rtype.namespaced,
-                verbs=set(rtype.verbs),
-                shortnames=set(rtype.short_names),
-                categories=set(rtype.categories),
-                subresources=set(rtype.subresources),
-            )
+            self._discover(rtype)
+
+    def _discover(self, rtype: ResourceType) -> None:
+        self.resources[kmock.resource(rtype.group, rtype.version, rtype.plural)] = kmock.ResourceInfo(
+            kind=rtype.kind,
+            singular=rtype.singular,
+            namespaced=rtype.namespaced,
+            verbs=set(rtype.verbs),
+            shortnames=set(rtype.short_names),
+            categories=set(rtype.categories),
+            subresources=set(rtype.subresources),
+        )
+
+    def serve_crd(self, crd: dict[str, Any]) -> None:
+        """Serve the resources of a CustomResourceDefinition once it is written. A resource the
+        server already serves (PodGroups are built in) keeps its built-in type, and the objects stored
+        under it; deleting the CRD does not stop serving it."""
+        for rtype in crd_resource_types(crd):
+            if self.registry.find(rtype.group, rtype.version, rtype.plural) is None:
+                self.registry.add(rtype)
+                self._discover(rtype)
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         route = parse_route(raw_request.path)

@@ -19,7 +19,7 @@ from typing import Any
 
 from tessera.devcluster.apiserver import errors, semantics
 from tessera.devcluster.apiserver.clock import rfc3339_now
-from tessera.devcluster.apiserver.patching import apply_patch
+from tessera.devcluster.apiserver.patching import STRATEGIC_MERGE_PATCH, apply_patch
 from tessera.devcluster.apiserver.resources import PODS, ResourceType
 from tessera.devcluster.apiserver.selectors import Selector
 from tessera.devcluster.apiserver.watching import StoredEvent, Watch
@@ -143,6 +143,30 @@ class ObjectStore:
             if not (isinstance(patch, dict) and (patch.get("metadata") or {}).get("resourceVersion")):
                 patched.setdefault("metadata", {})["resourceVersion"] = old["metadata"]["resourceVersion"]
             return copy.deepcopy(self._write(resource, old, patched, subresource))
+
+    def apply(
+        self, resource: ResourceType, namespace: str | None, name: str, body: Any
+    ) -> tuple[dict[str, Any], bool]:
+        """Server-side apply, simplified: create the object, or merge the applied configuration into
+        it as a strategic merge patch. Fields are not owned by managers, so a field left out of a
+        later configuration stays (the real server removes what the same manager set before).
+        Returns the object and whether it was created."""
+        if not isinstance(body, dict):
+            raise errors.bad_request("an apply configuration must be an object")
+        metadata = body.get("metadata") or {}
+        if metadata.get("name", name) != name:
+            raise errors.bad_request(
+                f"the name of the object ({metadata.get('name')}) does not match the name on the URL ({name})"
+            )
+        if (body.get("apiVersion"), body.get("kind")) != (resource.api_version, resource.kind):
+            raise errors.bad_request(
+                f"an apply configuration of {resource} must be {resource.api_version} {resource.kind}"
+            )
+        with self._lock:
+            if self._objects.get(self._key(resource, namespace, name)) is None:
+                created = {**body, "metadata": {**metadata, "name": name}}
+                return self.create(resource, namespace, created), True
+            return self.patch(resource, namespace, name, body, STRATEGIC_MERGE_PATCH), False
 
     def mutate(
         self,

@@ -1,0 +1,102 @@
+"""The rendered chart, applied with the real `kubectl apply --server-side` to the devcluster's API server."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tessera.devcluster.apiserver import ApiServer
+from tests.deploy.chart import NAMESPACE, VALUE_SETS, render
+
+pytestmark = pytest.mark.integration
+
+KUBECTL_HINT = (
+    "kubectl is a binary dependency of this test and was not found on PATH (e.g. /usr/bin/kubectl); "
+    "install it from the pkgs.k8s.io apt repository or https://dl.k8s.io/release/v1.31.0/bin/linux/amd64/kubectl"
+)
+
+
+class Kubectl:
+    def __init__(self, path: str, kubeconfig: Path) -> None:
+        self.path, self.kubeconfig = path, kubeconfig
+
+    def __call__(self, *args: str) -> str:
+        result = subprocess.run(
+            [self.path, "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {result.stderr}"
+        return result.stdout
+
+
+@pytest.fixture
+def kubectl(tmp_path: Path) -> Iterator[Kubectl]:
+    path = shutil.which("kubectl")
+    if path is None:
+        pytest.fail(KUBECTL_HINT)
+    server = ApiServer()
+    server.start()
+    try:
+        # objects without a namespace go to the release's, as `helm install -n tessera` puts them
+        run = Kubectl(path, server.write_kubeconfig(tmp_path / "kubeconfig", namespace=NAMESPACE))
+        run("create", "namespace", NAMESPACE)
+        yield run
+    finally:
+        server.stop()
+
+
+def _write(path: Path, objects: list[dict[str, Any]]) -> Path:
+    path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("name", ["evaluation", "default"])
+def test_the_rendered_chart_is_accepted_and_its_crd_served(
+    kubectl: Kubectl, tmp_path: Path, name: str
+) -> None:
+    chart = render(VALUE_SETS[name])
+    crds, objects = (
+        _write(tmp_path / "crds.yaml", chart.crds),
+        _write(tmp_path / "objects.yaml", chart.objects),
+    )
+
+    # as helm does: the CRDs first, established before anything that may use them
+    kubectl("apply", "--server-side", "-f", str(crds))
+    kubectl("wait", "--for", "condition=established", "--timeout=30s", "crd/podgroups.scheduling.x-k8s.io")
+    applied = kubectl("apply", "--server-side", "-f", str(objects)).splitlines()
+    assert len(applied) == len(chart.objects)
+    assert all(line.endswith(" serverside-applied") for line in applied), applied
+
+    stored = json.loads(kubectl("get", "-f", str(objects), "-o", "json"))["items"]
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in stored) == sorted(
+        (o["kind"], o["metadata"]["name"]) for o in chart.objects
+    )
+    role = json.loads(kubectl("get", "clusterrole", "tessera-scheduler", "-o", "json"))
+    assert role["rules"] == chart.get("ClusterRole", "tessera-scheduler")["rules"]
+    jobs_role = json.loads(kubectl("get", "role", "tessera-scheduler", "-n", "default", "-o", "json"))
+    assert jobs_role["rules"] == chart.get("Role", "tessera-scheduler")["rules"]
+
+    # applying again (an upgrade with nothing changed) is accepted as well
+    assert len(kubectl("apply", "--server-side", "-f", str(objects)).splitlines()) == len(chart.objects)
+
+    # the PodGroup CRD is served: a gang's PodGroup can be made and listed
+    group = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "trainer", "namespace": "default"},
+        "spec": {"minMember": 2},
+    }
+    kubectl("apply", "--server-side", "-f", str(_write(tmp_path / "group.yaml", [group])))
+    listed = kubectl("get", "podgroups", "-n", "default")
+    assert listed.splitlines()[0].split()[:3] == ["NAME", "PHASE", "MINMEMBER"]
+    assert listed.splitlines()[1].split()[:3] == ["trainer", "Pending", "2"]

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2]
-DOCS = ("README.md", "docs/**/*.md", "libs/*/README.md", "services/*/README.md", "libs/*/src/**/*.md")
+DOCS = (
+    "README.md",
+    "docs/**/*.md",
+    "libs/*/README.md",
+    "services/*/README.md",
+    "libs/*/src/**/*.md",
+    "helm/*/README.md",
+)
 
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
 LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'][^\"']*[\"'])?\s*\)")

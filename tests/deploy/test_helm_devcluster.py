@@ -14,13 +14,9 @@ import yaml
 
 from tessera.devcluster.apiserver import ApiServer
 from tests.deploy.chart import NAMESPACE, VALUE_SETS, render
+from tests.e2e.harness import KUBECTL_HINT
 
 pytestmark = pytest.mark.integration
-
-KUBECTL_HINT = (
-    "kubectl is a binary dependency of this test and was not found on PATH (e.g. /usr/bin/kubectl); "
-    "install it from the pkgs.k8s.io apt repository or https://dl.k8s.io/release/v1.31.0/bin/linux/amd64/kubectl"
-)
 
 
 class Kubectl:

@@ -1,13 +1,16 @@
 """The checkpoint protocol on real NATS and Postgres, with a real training loop using the client library:
 a preempted job saves before its eviction; one that never answers is let go at its deadline; one that
-cannot checkpoint is let go at once; and a restart in the middle ends each request exactly once."""
+cannot checkpoint is let go at once; and a restart in the middle (or a SIGKILL) ends each request
+exactly once."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +26,7 @@ from tessera.contracts.events import (
     SaveCheckpoint,
 )
 from tessera.core.runner import create_app
-from tessera.testing.services import eventually, running
+from tessera.testing.services import ServiceProcess, eventually, running
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +68,7 @@ async def api(stack: Any) -> AsyncIterator[httpx.AsyncClient]:
 async def test_a_preempted_job_saves_before_its_eviction_and_the_restart_finds_it(
     stack: Any, api: httpx.AsyncClient, trainers: Any
 ) -> None:
+    assert (await api.get("/readyz")).json()["ready"] is True
     job = f"train-{uuid.uuid4().hex[:6]}"
     trainer = await trainers(job)
     await stack.publish(preemption(job, grace_s=30))
@@ -139,6 +143,39 @@ async def test_a_request_made_before_a_restart_times_out_after_it_exactly_once(s
         assert (await one(stack, subjects.READY_FOR_EVICTION, marker)).reason == "checkpoint_timeout"
     assert len(await of_job(stack, subjects.READY_FOR_EVICTION, job)) == 1
     assert len(await of_job(stack, subjects.save_checkpoint(job), job)) == 1
+
+
+async def test_a_killed_service_times_the_request_out_after_it_restarts_exactly_once(
+    stack: Any, tmp_path: Path
+) -> None:
+    job = f"killed-{uuid.uuid4().hex[:6]}"
+    env = {
+        "TESSERA_NATS_URL": stack.nats_url,
+        "TESSERA_DATABASE_URL": stack.db,
+        "TESSERA_CHECKPOINT_OUTBOX_POLL_S": "0.05",
+        "TESSERA_CHECKPOINT_DEADLINE_POLL_S": "0.2",
+    }
+    service = ServiceProcess("checkpoint", env, tmp_path)
+    service.start()
+    try:
+        await service.wait_ready()
+        event = preemption(job, grace_s=3)
+        await stack.publish(event)
+        await one(stack, subjects.save_checkpoint(job), job)
+        assert service.proc is not None
+        service.proc.send_signal(signal.SIGKILL)
+        assert await service.wait_exit() == -signal.SIGKILL
+        await asyncio.sleep(max(0.0, (event.deadline - datetime.now(UTC)).total_seconds()) + 0.5)
+        service.start()
+        await service.wait_ready()
+        assert (await one(stack, subjects.READY_FOR_EVICTION, job)).reason == "checkpoint_timeout"
+        marker = f"marker-{uuid.uuid4().hex[:6]}"
+        await stack.publish(preemption(marker, grace_s=0.5))
+        await one(stack, subjects.READY_FOR_EVICTION, marker)
+    finally:
+        service.stop()
+    assert len(await of_job(stack, subjects.READY_FOR_EVICTION, job)) == 1
+    assert len(await of_job(stack, subjects.CHECKPOINT_FAILED, job)) == 1
 
 
 async def test_a_report_sent_while_the_service_was_down_ends_the_request_after_the_restart(

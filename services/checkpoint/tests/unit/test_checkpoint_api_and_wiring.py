@@ -18,6 +18,7 @@ from tessera.checkpoint.adapters.nodes import KubeNodeWatch
 from tessera.checkpoint.config import CheckpointSettings
 from tessera.checkpoint.domain.model import Checkpoint, checkpoint_id
 from tessera.checkpoint.entrypoints.api import router
+from tessera.checkpoint.entrypoints.loops import time_out_requests, watch_nodes
 from tessera.checkpoint.service_layer.dependencies import CheckpointDeps
 from tessera.contracts import subjects
 from tessera.core.db.retention import RetentionRule
@@ -105,10 +106,11 @@ async def test_nodes_are_watched_only_with_a_kubeconfig(
         monkeypatch.delenv(name, raising=False)
     if env is not None:
         monkeypatch.setenv(env, str(tmp_path / "kubeconfig"))
-    settings = CheckpointSettings()
+    definition = bootstrap.build(CheckpointSettings())
     ctx: Any = type("Ctx", (), {"uow": None, "stop": None})()
-    deps = await bootstrap.build(settings).dependencies(ctx)
-    if env is None:
-        assert deps.nodes is None
+    deps = await definition.dependencies(ctx)
+    if env is None:  # a background task that ends would make the service unready
+        assert deps.nodes is None and definition.background == [time_out_requests]
     else:
         assert isinstance(deps.nodes, KubeNodeWatch) and deps.nodes.kubeconfig == tmp_path / "kubeconfig"
+        assert definition.background == [time_out_requests, watch_nodes]

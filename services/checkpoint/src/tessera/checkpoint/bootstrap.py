@@ -48,7 +48,8 @@ def build(settings: CheckpointSettings) -> ServiceDefinition[CheckpointDeps]:
         dependencies=dependencies,
         consumers=consumers,
         routers=[router],
-        background=[time_out_requests, watch_nodes],
+        # A finished task makes the service unready: the node watch runs only with a cluster to watch.
+        background=[time_out_requests, *([watch_nodes] if settings.kubeconfig else [])],
         retention=[
             RetentionRule(orm.checkpoint_requests, "updated_at", history_s),
             RetentionRule(orm.jobs, "finished_at", history_s),

@@ -41,10 +41,10 @@ def _until(deadline: datetime | None, now: datetime, longest: float) -> float:
 
 
 async def watch_nodes(deps: CheckpointDeps) -> None:
-    """Ask the jobs on nodes about to go to checkpoint (only with a kubeconfig)."""
+    """Ask the jobs on nodes about to go to checkpoint (bootstrap runs it only with a kubeconfig)."""
     nodes = deps.nodes
     if nodes is None:
-        return
+        raise RuntimeError("no cluster to watch nodes on")
     try:
         while not deps.stop.is_set():
             try:

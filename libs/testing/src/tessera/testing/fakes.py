@@ -44,7 +44,7 @@ class FakeUnitOfWork(UnitOfWork):
         self.published = []
         self._pending = []
         self._pending_inbox = set()
-        self._tracked = []
+        self._tracked, self._tracked_ids = [], set()
         self.open_repositories(None)  # type: ignore[arg-type]
         return self
 

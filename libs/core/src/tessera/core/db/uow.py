@@ -47,6 +47,7 @@ class UnitOfWork:
         self._after_commit = after_commit
         self._session: AsyncSession | None = None
         self._tracked: list[Aggregate] = []
+        self._tracked_ids: set[int] = set()
         self.published: list[Message] = []
 
     @property
@@ -61,7 +62,7 @@ class UnitOfWork:
     async def __aenter__(self) -> Self:
         self._session = self._sessions()
         self.published = []
-        self._tracked = []
+        self._tracked, self._tracked_ids = [], set()
         await self._session.begin()
         self.open_repositories(self._session)
         return self
@@ -79,7 +80,8 @@ class UnitOfWork:
 
     def track(self, aggregate: Aggregate) -> None:
         """Collect `aggregate`'s events at commit; repositories call this for what they load or add."""
-        if not any(seen is aggregate for seen in self._tracked):
+        if id(aggregate) not in self._tracked_ids:  # by identity: a cycle tracks thousands of jobs
+            self._tracked_ids.add(id(aggregate))
             self._tracked.append(aggregate)
 
     def collect_new_events(self) -> list[tuple[Message, Mapping[str, str] | None]]:
@@ -101,7 +103,7 @@ class UnitOfWork:
         """Drop what the tracked aggregates recorded: their changes were rolled back."""
         for aggregate in self._tracked:
             aggregate.events = []
-        self._tracked = []
+        self._tracked, self._tracked_ids = [], set()
 
     async def commit(self) -> None:
         await self.flush_events()

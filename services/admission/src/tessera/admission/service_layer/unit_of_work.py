@@ -20,7 +20,7 @@ from tessera.admission.service_layer.ports import (
     QueueingConfigs,
     Tokens,
 )
-from tessera.core.db.uow import Aggregate, UnitOfWork
+from tessera.core.db.uow import UnitOfWork
 
 if TYPE_CHECKING:  # the session is only handed on to the adapters
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -33,18 +33,6 @@ class AdmissionUnitOfWork(UnitOfWork):
     inventory: Inventory
     cycle_records: CycleRecords
     gate: CycleGate
-
-    _tracked_ids: set[int]
-    _tracked_in: list[Aggregate] | None = None
-
-    def track(self, aggregate: Aggregate) -> None:
-        """As the base class does, in constant time: a cycle tracks thousands of jobs, and the
-        base class compares each new one with every one tracked before (quadratic)."""
-        if self._tracked_in is not self._tracked:  # a new unit, or forgotten events: a new list
-            self._tracked_in, self._tracked_ids = self._tracked, set()
-        if id(aggregate) not in self._tracked_ids:  # ids are unique among the live, tracked objects
-            self._tracked_ids.add(id(aggregate))
-            self._tracked.append(aggregate)
 
     def open_repositories(self, session: AsyncSession) -> None:
         self.jobs = JobRepository(session, self.track)

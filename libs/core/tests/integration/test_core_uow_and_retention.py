@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import MetaData, func, select, text
@@ -119,3 +120,29 @@ async def test_retention_deletes_only_rows_older_than_the_rule_at_the_given_time
     assert await purge(sessions, rules, now) == {"shape_test.inbox": 0}
     assert await purge(sessions, rules, now + timedelta(hours=2)) == {"shape_test.inbox": 2}
     assert await count(engine, inbox) == 0
+
+
+async def test_a_new_schema_s_first_migration_creates_its_outbox_and_inbox(fresh_database: str) -> None:
+    from alembic.migration import MigrationContext
+    from alembic.operations import Operations
+    from sqlalchemy import inspect
+
+    from tessera.core.db.messaging_tables import create_messaging_tables, drop_messaging_tables
+
+    def migrate_and_inspect(conn: Any, create: bool) -> set[str]:
+        with Operations.context(MigrationContext.configure(conn)):
+            (create_messaging_tables if create else drop_messaging_tables)("fresh_service")
+        return set(inspect(conn).get_table_names(schema="fresh_service"))
+
+    engine = make_engine(fresh_database)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE SCHEMA fresh_service"))
+            assert await conn.run_sync(migrate_and_inspect, True) == {"outbox", "inbox"}
+            indexes = await conn.run_sync(
+                lambda sync: {i["name"] for i in inspect(sync).get_indexes("outbox", schema="fresh_service")}
+            )
+            assert "ix_outbox_unpublished" in indexes
+            assert await conn.run_sync(migrate_and_inspect, False) == set()
+    finally:
+        await engine.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Annotated, ClassVar, Literal
 
@@ -61,6 +62,13 @@ class JobAdmitted(Message):
     job_id: str
     spec: JobSpec
     submitted_at: datetime
+    resume_from: str | None = Field(
+        None,
+        description=(
+            "the checkpoint the job resumes from: the newest one saved before it was preempted, for "
+            "TESSERA_CHECKPOINT_URI in its pods; none when it has none"
+        ),
+    )
 
     def key(self) -> str:
         return self.job_id
@@ -373,6 +381,15 @@ class CheckpointSaved(Message):
 
     def key(self) -> str:
         return self.job_id
+
+
+_CHECKPOINT_IDS = uuid.UUID("0b0e7c55-2f4e-4a8e-9a43-52c3d1f0c2a7")
+
+
+def checkpoint_id(job_id: str, uri: str) -> str:
+    """The id of a job's checkpoint, the same in every service that lists it: derived from the job and
+    the checkpoint's uri (`checkpoint_saved` names both), so a repeated report is one checkpoint."""
+    return str(uuid.uuid5(_CHECKPOINT_IDS, f"{job_id}\n{uri}"))
 
 
 class CheckpointFailed(Message):

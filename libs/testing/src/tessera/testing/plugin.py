@@ -5,6 +5,9 @@ only when a test asks for them and stop at the end of the session, on failure to
 ``atexit`` and a parent-death signal for the embedded processes).
 Function scope: ``fresh_database``, a new empty database for one test, dropped afterwards;
 ``restartable_postgres``, a private embedded PostgreSQL that the test may crash and restart.
+Traces: ``otlp_collector`` (session), an OTLP/HTTP receiver the services can export to
+(``OTEL_EXPORTER_OTLP_ENDPOINT=otlp_collector.endpoint``); tests find their spans by trace id or
+attribute, so they share it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from tessera.testing.infra import (
     resolve_nats,
     resolve_postgres,
 )
+from tessera.testing.otlp import OtlpCollector
 from tessera.testing.restartable_postgres import restartable_postgres as restartable_postgres
 
 
@@ -65,3 +69,10 @@ def fresh_database(postgres_server: DatabaseServerHandle) -> Iterator[str]:
         yield postgres_server.url_for(name)
     finally:
         drop_database(postgres_server.url, name)
+
+
+@pytest.fixture(scope="session")
+def otlp_collector() -> Iterator[OtlpCollector]:
+    """The session's OTLP/HTTP trace receiver on a free loopback port (see ``tessera.testing.otlp``)."""
+    with OtlpCollector() as collector:
+        yield collector

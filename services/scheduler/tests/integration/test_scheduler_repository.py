@@ -116,6 +116,21 @@ async def test_a_gang_is_queued_once_and_a_withdrawal_forces_an_earlier_request(
     assert [(p.job_id, p.preemptor_job_id) for p in due] == [("job-1", "job-9")], "forced, preemptor kept"
 
 
+async def test_a_resumed_gang_keeps_the_checkpoint_it_resumes_from(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    uri = "file:///ckpt/job-1/step-40-ab12"
+    async with unit(sessions) as uow:
+        await uow.repo.add_pending("job-1", a_job("job-1").build(), T0, resume_from=uri)
+        await uow.repo.add_pending("job-2", a_job("job-2").build(), T0)
+        await uow.commit()
+
+    async with unit(sessions) as uow:
+        pending = await uow.repo.pending()
+
+    assert [(row.job_id, row.resume_from) for row in pending] == [("job-1", uri), ("job-2", None)]
+
+
 def checkpointable_request(victim: str, preemptor: str, deadline: datetime) -> PreemptionRequested:
     return PreemptionRequested(
         victim_job_id=victim,

@@ -120,6 +120,7 @@ class FakeSchedulerRepository:
         source: str = JOB,
         priority: int | None = None,
         trace: Mapping[str, str] | None = None,
+        resume_from: str | None = None,
     ) -> bool:
         if job_id in self.store.pending:
             return False
@@ -134,6 +135,7 @@ class FakeSchedulerRepository:
             last_reason="",
             backoff_until=None,
             trace=dict(trace or {}),
+            resume_from=resume_from,
         )
         return True
 

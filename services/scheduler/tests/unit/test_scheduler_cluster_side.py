@@ -25,7 +25,9 @@ NODE = gpu_node("gpu-0", "A100-80GB", 2)
 
 
 class NoPods:
-    async def ensure(self, job_id: str, spec: JobSpec, namespace: str, *, quorum: int) -> None:
+    async def ensure(
+        self, job_id: str, spec: JobSpec, namespace: str, *, quorum: int, resume_from: str | None = None
+    ) -> None:
         raise AssertionError("not expected to create pods")
 
 

@@ -221,6 +221,21 @@ async def test_an_admitted_job_is_queued_with_its_spec_priority_and_trace(
     assert loop.wakes == 1
 
 
+async def test_a_resumed_job_is_queued_with_the_checkpoint_it_resumes_from(
+    uow: FakeUnit, loop: RecordingLoop
+) -> None:
+    uri = "file:///ckpt/job-1/step-40-ab12"
+    await handle(
+        handlers.job_admitted_handler(loop), admitted("job-1").model_copy(update={"resume_from": uri}), uow
+    )
+    await handle(handlers.job_admitted_handler(loop), admitted("job-2"), uow)
+
+    assert uow.stored.pending["job-1"].resume_from == uri
+    assert uow.stored.pending["job-2"].resume_from is None
+    async with uow:
+        assert [row.resume_from for row in await uow.repo.pending()] == [uri, None]
+
+
 async def test_an_admitted_job_seen_again_is_queued_once_and_wakes_nobody(
     uow: FakeUnit, loop: RecordingLoop
 ) -> None:

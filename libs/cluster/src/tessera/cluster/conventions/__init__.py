@@ -4,6 +4,8 @@ from tessera.cluster.conventions.assignment import decode_assignment, encode_ass
 from tessera.cluster.conventions.device_plugin import time_slicing_config, time_slicing_replicas
 from tessera.cluster.conventions.inventory import decode_gpus, decode_topology, encode_gpus, encode_topology
 from tessera.cluster.conventions.names import (
+    CHECKPOINT_URI_ENV,
+    CHECKPOINTABLE_ANNOTATION,
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_ASSIGNMENT_ANNOTATION,
     GPU_COUNT_LABEL,
@@ -15,6 +17,7 @@ from tessera.cluster.conventions.names import (
     GPU_REPLICAS_LABEL,
     GPU_RESOURCE,
     GPU_SHARING_STRATEGY_LABEL,
+    JOB_ID_LABEL,
     MIG_CAPABLE_LABEL,
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
@@ -29,6 +32,10 @@ from tessera.cluster.conventions.names import (
     POD_GROUP_PLURAL,
     POD_GROUP_VERSION,
     SCHEDULER_NAME,
+    SIM_CHECKPOINT_INTERVAL_ANNOTATION,
+    SIM_DURATION_ANNOTATION,
+    SIM_STATE_BYTES_ANNOTATION,
+    SIM_STEPS_PER_SECOND_ANNOTATION,
     mig_count_label,
     mig_profile_of_resource,
     mig_resource_name,
@@ -37,6 +44,8 @@ from tessera.cluster.conventions.nodes import node_manifest, parse_node
 from tessera.cluster.conventions.pods import parse_pod, parse_pod_group, parse_pod_requirements
 
 __all__ = [
+    "CHECKPOINTABLE_ANNOTATION",
+    "CHECKPOINT_URI_ENV",
     "DEVICE_PLUGIN_CONFIG_LABEL",
     "GPU_ASSIGNMENT_ANNOTATION",
     "GPU_COUNT_LABEL",
@@ -48,6 +57,7 @@ __all__ = [
     "GPU_REPLICAS_LABEL",
     "GPU_RESOURCE",
     "GPU_SHARING_STRATEGY_LABEL",
+    "JOB_ID_LABEL",
     "MIG_CAPABLE_LABEL",
     "MIG_CONFIG_LABEL",
     "MIG_CONFIG_STATE_LABEL",
@@ -62,6 +72,10 @@ __all__ = [
     "POD_GROUP_PLURAL",
     "POD_GROUP_VERSION",
     "SCHEDULER_NAME",
+    "SIM_CHECKPOINT_INTERVAL_ANNOTATION",
+    "SIM_DURATION_ANNOTATION",
+    "SIM_STATE_BYTES_ANNOTATION",
+    "SIM_STEPS_PER_SECOND_ANNOTATION",
     "decode_assignment",
     "decode_gpus",
     "decode_topology",

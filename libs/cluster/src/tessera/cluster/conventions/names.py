@@ -23,6 +23,20 @@ GPU_MILLI_ANNOTATION: Final = "tessera.io/gpu-milli"
 GPU_MODELS_ANNOTATION: Final = "tessera.io/gpu-models"
 GPU_ASSIGNMENT_ANNOTATION: Final = "tessera.io/gpu-assignment"
 
+# The jobs admission admits: the scheduler labels their pods and PodGroup with the job's id; a
+# checkpointable job's pods are annotated as such and get the checkpoint to resume from in their env
+# (what the checkpoint client and the devcluster's simulated trainer read).
+JOB_ID_LABEL: Final = "tessera.io/job-id"
+CHECKPOINTABLE_ANNOTATION: Final = "tessera.io/checkpointable"
+CHECKPOINT_URI_ENV: Final = "TESSERA_CHECKPOINT_URI"
+
+# The devcluster's simulation knobs on a pod (ignored by a real cluster): how long it runs, and what
+# its simulated trainer does (state size, steps per simulated second, periodic checkpoint interval).
+SIM_DURATION_ANNOTATION: Final = "tessera.io/sim-duration"
+SIM_STATE_BYTES_ANNOTATION: Final = "tessera.io/sim-state-bytes"
+SIM_STEPS_PER_SECOND_ANNOTATION: Final = "tessera.io/sim-steps-per-second"
+SIM_CHECKPOINT_INTERVAL_ANNOTATION: Final = "tessera.io/sim-checkpoint-interval"
+
 # Tessera's node annotations: the GPU inventory (from NVML via telemetry, or the devcluster) and the
 # interconnect matrix, for what the GPU Operator's labels do not say (UUIDs, health, topology).
 NODE_GPUS_ANNOTATION: Final = "tessera.io/gpus"

@@ -5,12 +5,13 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from tessera.cluster.conventions import SIM_DURATION_ANNOTATION
 from tessera.devcluster.apiserver.store import ObjectStore
 from tessera.devcluster.sim.devices import Holding
 from tessera.devcluster.sim.state import SimClock, SimNode
 from tessera.devcluster.sim.trainer import TrainerSettings
 
-SIM_DURATION_ANNOTATION = "tessera.io/sim-duration"
+__all__ = ["SIM_DURATION_ANNOTATION", "PodDevices", "SimContext", "SimSettings"]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ of `tessera.checkpoint_client`, the library real training code uses. So:
 - it closes the checkpointer (waiting for the flush under way) when the pod ends, is deleted or evicted,
   or its node is lost.
 
-The job id is the pod's `tessera.io/job-id` label (what the scheduler puts on a job's pods), else its
+The job id is the pod's `tessera.io/job-id` label (`JOB_ID_LABEL`, what the scheduler puts on a job's
+pods, as it sets `TESSERA_CHECKPOINT_URI` and the checkpointable annotation), else its
 PodGroup, else the pod's name. The first 8 bytes of the state hold the step as an int64, so a restored
 state shows which step it was saved at.
 
@@ -39,26 +40,30 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tessera.cluster.conventions import POD_GROUP_LABEL
+from tessera.cluster.conventions import (
+    CHECKPOINT_URI_ENV,
+    CHECKPOINTABLE_ANNOTATION,
+    JOB_ID_LABEL,
+    POD_GROUP_LABEL,
+    SIM_CHECKPOINT_INTERVAL_ANNOTATION,
+    SIM_STATE_BYTES_ANNOTATION,
+    SIM_STEPS_PER_SECOND_ANNOTATION,
+)
 
 if TYPE_CHECKING:  # imported when the first trainer starts: it is slow to import, most pods never need it
     from tessera.checkpoint_client import Checkpointer, CheckpointResult
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTABLE_ANNOTATION = "tessera.io/checkpointable"
-STATE_BYTES_ANNOTATION = "tessera.io/sim-state-bytes"
-STEPS_PER_SECOND_ANNOTATION = "tessera.io/sim-steps-per-second"
-CHECKPOINT_INTERVAL_ANNOTATION = "tessera.io/sim-checkpoint-interval"
+# the pod's side, as the scheduler writes it (`tessera.cluster.conventions`)
+STATE_BYTES_ANNOTATION = SIM_STATE_BYTES_ANNOTATION
+STEPS_PER_SECOND_ANNOTATION = SIM_STEPS_PER_SECOND_ANNOTATION
+CHECKPOINT_INTERVAL_ANNOTATION = SIM_CHECKPOINT_INTERVAL_ANNOTATION
 STEP_ANNOTATION = "tessera.io/sim-step"
 RESTORED_STEP_ANNOTATION = "tessera.io/sim-restored-step"
 LAST_CHECKPOINT_ANNOTATION = "tessera.io/last-checkpoint"
 LAST_CHECKPOINT_STEP_ANNOTATION = "tessera.io/last-checkpoint-step"
 CHECKPOINT_ERROR_ANNOTATION = "tessera.io/last-checkpoint-error"
-#: the label the scheduler puts on the pods of a job
-JOB_ID_LABEL = "tessera.io/job-id"
-#: the checkpoint a restarted job restores (`tessera.checkpoint_client.ENV_URI`)
-CHECKPOINT_URI_ENV = "TESSERA_CHECKPOINT_URI"
 
 Publish = Callable[[dict[str, str]], None]
 

@@ -21,7 +21,9 @@ WatchHandler = Callable[[str, WatchEvent[Any]], None]
 class JobPodMaker(Protocol):
     """Creates a job's PodGroup and pods (:class:`~tessera.scheduler.adapters.kube.JobMaterializer`)."""
 
-    async def ensure(self, job_id: str, spec: JobSpec, namespace: str, *, quorum: int) -> None: ...
+    async def ensure(
+        self, job_id: str, spec: JobSpec, namespace: str, *, quorum: int, resume_from: str | None = None
+    ) -> None: ...
 
 
 def watch_everything(cluster: Cluster) -> ClusterCache:

@@ -18,9 +18,12 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from tessera.cluster.conventions.names import (
+    CHECKPOINT_URI_ENV,
+    CHECKPOINTABLE_ANNOTATION,
     GPU_MILLI_ANNOTATION,
     GPU_MODELS_ANNOTATION,
     GPU_RESOURCE,
+    JOB_ID_LABEL,
     POD_GROUP_API_GROUP,
     POD_GROUP_API_VERSION,
     POD_GROUP_KIND,
@@ -28,6 +31,10 @@ from tessera.cluster.conventions.names import (
     POD_GROUP_PLURAL,
     POD_GROUP_VERSION,
     SCHEDULER_NAME,
+    SIM_CHECKPOINT_INTERVAL_ANNOTATION,
+    SIM_DURATION_ANNOTATION,
+    SIM_STATE_BYTES_ANNOTATION,
+    SIM_STEPS_PER_SECOND_ANNOTATION,
     mig_resource_name,
 )
 from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
@@ -40,8 +47,22 @@ from tessera.scheduler.service_layer.gangs import job_group_name, job_pod_names
 
 log = logging.getLogger(__name__)
 
-JOB_ID_LABEL = "tessera.io/job-id"
-SIM_DURATION_ANNOTATION = "tessera.io/sim-duration"
+__all__ = [
+    "DEFAULT_SIM_STATE_BYTES",
+    "JOB_ID_LABEL",
+    "SIM_LABELS",
+    "ClusterBinder",
+    "InventoryBinder",
+    "JobMaterializer",
+    "pod_manifest",
+]
+
+SIM_LABELS = (SIM_STATE_BYTES_ANNOTATION, SIM_STEPS_PER_SECOND_ANNOTATION, SIM_CHECKPOINT_INTERVAL_ANNOTATION)
+"""Job labels that become pod annotations of the same name: the devcluster's simulated trainer reads
+them (a real cluster ignores them), so a job spec can size its simulation without a field of its own."""
+DEFAULT_SIM_STATE_BYTES = 2**20
+"""The simulated state of a checkpointable job that names none: 1 MiB, so a devcluster trainer saves
+in milliseconds (the trainer's own default is 4 MiB)."""
 
 
 @dataclass
@@ -157,14 +178,28 @@ class ClusterBinder:
             raise
 
 
-def _pod_manifest(
-    name: str, namespace: str, group_name: str, job_id: str, spec: JobSpec, group: PodGroupSpec
+def pod_manifest(
+    name: str,
+    namespace: str,
+    group_name: str,
+    job_id: str,
+    spec: JobSpec,
+    group: PodGroupSpec,
+    resume_from: str | None = None,
 ) -> dict[str, Any]:
+    """One pod of an admitted job. A checkpointable job's pods are annotated `tessera.io/checkpointable`
+    (with the `tessera.io/sim-*` knobs its labels give, and a small simulated state by default); every
+    container of a job that resumes gets `TESSERA_CHECKPOINT_URI`, the checkpoint to restore."""
     requests: dict[str, str] = {"cpu": f"{group.cpu_milli}m", "memory": f"{group.memory_mib}Mi"}
     limits: dict[str, str] = {}
     annotations: dict[str, str] = {}
     if spec.estimated_duration_s is not None:
         annotations[SIM_DURATION_ANNOTATION] = str(spec.estimated_duration_s)
+    if spec.checkpointable:
+        annotations[CHECKPOINTABLE_ANNOTATION] = "true"
+        annotations[SIM_STATE_BYTES_ANNOTATION] = str(DEFAULT_SIM_STATE_BYTES)
+        annotations.update({key: spec.labels[key] for key in SIM_LABELS if key in spec.labels})
+    env = [{"name": CHECKPOINT_URI_ENV, "value": resume_from}] if resume_from else []
     gpu = group.gpu
     if gpu is not None:
         if gpu.count is not None:
@@ -190,7 +225,12 @@ def _pod_manifest(
             "restartPolicy": "Never",
             "priority": spec.priority,
             "containers": [
-                {"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": limits}}
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"requests": requests, "limits": limits},
+                    **({"env": env} if env else {}),
+                }
             ],
         },
     }
@@ -203,7 +243,10 @@ class JobMaterializer:
         self._core: Any = k8s.CoreV1Api(api)
         self._custom: Any = k8s.CustomObjectsApi(api)
 
-    async def ensure(self, job_id: str, spec: JobSpec, namespace: str, *, quorum: int) -> None:
+    async def ensure(
+        self, job_id: str, spec: JobSpec, namespace: str, *, quorum: int, resume_from: str | None = None
+    ) -> None:
+        """`resume_from`: the checkpoint the job resumes from (admission's `job_admitted`), if any."""
         group_name = job_group_name(job_id, spec)
         pod_group = {
             "apiVersion": POD_GROUP_API_VERSION,
@@ -221,7 +264,9 @@ class JobMaterializer:
         )
         groups = {group.name: group for group in spec.pod_groups}
         for member in job_pod_names(job_id, spec, namespace):
-            body = _pod_manifest(member.name, namespace, group_name, job_id, spec, groups[member.group])
+            body = pod_manifest(
+                member.name, namespace, group_name, job_id, spec, groups[member.group], resume_from
+            )
             await self._create(self._core.create_namespaced_pod, namespace, body)
 
     async def _create(self, method: Callable[..., Any], *args: Any) -> None:

@@ -61,6 +61,8 @@ pending_gangs = Table(
     Column("backoff_until", DateTime(timezone=True), nullable=True),
     # The trace context the job arrived with, so every decision on it joins the job's trace.
     Column("trace", JSONB, nullable=False, server_default="{}"),
+    # The checkpoint the job resumes from (job_admitted's resume_from): its pods get it in their env.
+    Column("resume_from", Text, nullable=True),
 )
 
 # Preemption requests from admission, until the victim's pods are evicted (at once, or at the

@@ -47,6 +47,8 @@ class PendingGang:
     last_reason: str
     backoff_until: datetime | None
     trace: Mapping[str, str]
+    resume_from: str | None = None
+    """The checkpoint the job resumes from, handed to its pods."""
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,10 @@ class SchedulerRepository(Protocol):
         source: str = JOB,
         priority: int | None = None,
         trace: Mapping[str, str] | None = None,
+        resume_from: str | None = None,
     ) -> bool:
-        """Queue a gang unless it is known already; returns whether it was new."""
+        """Queue a gang unless it is known already (resuming from the checkpoint ``resume_from``);
+        returns whether it was new."""
         ...
 
     async def pending(self, only: Iterable[str] | None = None) -> list[PendingGang]:
@@ -277,6 +281,7 @@ class SqlSchedulerRepository:
         source: str = JOB,
         priority: int | None = None,
         trace: Mapping[str, str] | None = None,
+        resume_from: str | None = None,
     ) -> bool:
         """Queue a gang unless it is known already; returns whether it was new."""
         result = await self.session.execute(
@@ -288,6 +293,7 @@ class SqlSchedulerRepository:
                 submitted_at=submitted_at,
                 source=source,
                 trace=dict(trace or {}),
+                resume_from=resume_from,
             )
             .on_conflict_do_nothing()
             .returning(pending_gangs.c.job_id)
@@ -314,6 +320,7 @@ class SqlSchedulerRepository:
                 last_reason=row["last_reason"],
                 backoff_until=row["backoff_until"],
                 trace=row["trace"] or {},
+                resume_from=row["resume_from"],
             )
             for row in rows
         ]

@@ -49,14 +49,19 @@ def parse_as(envelope: Envelope, kind: type[M]) -> M:
 
 
 def job_admitted_handler(loop: SchedulingLoop) -> Handler[SchedulerUnitOfWork]:
-    """Queue the admitted job's gang once: a repeat, or a job already placed, changes nothing."""
+    """Queue the admitted job's gang once: a repeat, or a job already placed, changes nothing. A job
+    that resumes keeps the checkpoint it resumes from with its gang, for its pods."""
 
     async def handle_job_admitted(envelope: Envelope, uow: SchedulerUnitOfWork) -> None:
         event = parse_as(envelope, JobAdmitted)
         if await uow.repo.is_placed(event.job_id):
             return
         if await uow.repo.add_pending(
-            event.job_id, event.spec, event.submitted_at, trace=current_trace_headers()
+            event.job_id,
+            event.spec,
+            event.submitted_at,
+            trace=current_trace_headers(),
+            resume_from=event.resume_from,
         ):
             uow.after_commit(loop.wake)
 

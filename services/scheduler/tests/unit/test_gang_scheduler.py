@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -11,7 +12,7 @@ from tessera.scheduler.domain.framework.builders import make_gang, make_node, wi
 from tessera.scheduler.domain.framework.pod import JobClass
 from tessera.scheduler.domain.gang.assembly import Assembly, assemble
 from tessera.scheduler.domain.gang.queue import BackoffPolicy, ClusterEvent, RequeueReason
-from tessera.scheduler.domain.gang.scheduler import OutcomeKind
+from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
 from tessera.scheduler.domain.plugins.reserve import RecordingBinder
 from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
 
@@ -327,3 +328,34 @@ def test_resubmitting_a_placed_gang_does_not_place_it_twice() -> None:
     world.scheduler.submit(spec)
     assert world.scheduler.run(now=1.0) == []
     assert held_gpus(world) == 4
+
+
+def test_a_placed_gang_says_why_each_member_went_where_it_did() -> None:
+    world = assemble(cluster(3), RecordingBinder())
+    occupy(world, "n0", 8)  # full: the GPU filter turns it away
+    world.scheduler.submit(make_gang("job", 2, gpus=4))
+    [outcome] = world.scheduler.run(now=0.0)
+    assert outcome.kind is OutcomeKind.PLACED
+    assert [d.pod for d in outcome.decisions] == [a.pod for a in outcome.bound]
+    for decision in outcome.decisions:
+        assert decision.node in outcome.nodes and decision.node != "n0"
+        assert decision.nodes_considered == 3
+        assert decision.feasible_nodes == 3 - sum(decision.rejected.values())
+        assert decision.rejected.get("insufficient GPU", 0) >= 1
+    assert outcome.decisions[0].score > 0  # two nodes fit the first member: they were scored
+
+
+def test_each_attempt_runs_inside_the_wrapper_given() -> None:
+    world = assemble(cluster(1), RecordingBinder())
+    world.scheduler.submit(make_gang("fits", 1, gpus=4))
+    world.scheduler.submit(make_gang("too-big", 1, gpus=16, submitted_at=1.0))
+    seen: list[tuple[str, OutcomeKind]] = []
+
+    def around(gang: str, attempt: Callable[[], GangOutcome]) -> GangOutcome:
+        outcome = attempt()
+        seen.append((gang, outcome.kind))
+        return outcome
+
+    outcomes = world.scheduler.run(now=0.0, around=around)
+    assert seen == [(o.gang, o.kind) for o in outcomes]
+    assert seen == [("fits", OutcomeKind.PLACED), ("too-big", OutcomeKind.UNSCHEDULABLE)]

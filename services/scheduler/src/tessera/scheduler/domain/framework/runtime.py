@@ -57,6 +57,8 @@ class ScheduleResult:
     score: int = 0
     feasible_nodes: int = 0
     scores: dict[str, int] = field(default_factory=dict, repr=False)
+    filtered: Diagnosis | None = None
+    """With a node chosen: the nodes the filters rejected on the way, counted by reason."""
 
     @property
     def ok(self) -> bool:
@@ -86,12 +88,15 @@ class Framework:
                 rejections.append(status)
         if not feasible:
             return ScheduleResult(None, Diagnosis.of(rejections, len(nodes)))
+        filtered = Diagnosis.of(rejections, len(nodes))
         if len(feasible) == 1:
-            return ScheduleResult(feasible[0].name, feasible_nodes=1)
+            return ScheduleResult(feasible[0].name, feasible_nodes=1, filtered=filtered)
         totals = self.run_score(state, pod, feasible)
         # Ties go to the first node in snapshot order, so a decision is reproducible.
         best = max(feasible, key=lambda node: totals[node.name])
-        return ScheduleResult(best.name, score=totals[best.name], feasible_nodes=len(feasible), scores=totals)
+        return ScheduleResult(
+            best.name, score=totals[best.name], feasible_nodes=len(feasible), scores=totals, filtered=filtered
+        )
 
     def run_pre_filter(self, state: CycleState, pod: PodSpec, snapshot: Snapshot) -> Status:
         for plugin in self.profile.pre_filter:

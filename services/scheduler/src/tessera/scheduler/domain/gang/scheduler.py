@@ -10,7 +10,8 @@ goes to backoff. Members that wait past the gang's timeout are rejected together
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
@@ -18,7 +19,7 @@ from typing import Protocol
 from tessera.scheduler.domain.cache import SchedulerCache
 from tessera.scheduler.domain.framework.cycle_state import CycleState
 from tessera.scheduler.domain.framework.pod import PodSpec
-from tessera.scheduler.domain.framework.runtime import Framework
+from tessera.scheduler.domain.framework.runtime import Framework, ScheduleResult
 from tessera.scheduler.domain.framework.status import Code, Diagnosis, Reason, Status
 from tessera.scheduler.domain.gang.queue import ALL_EVENTS, ClusterEvent, GangQueue, RequeueReason, hints_for
 from tessera.scheduler.domain.gang.registry import GangRegistry
@@ -30,6 +31,10 @@ class EvictionPort(Protocol):
     def evict(self, allocation: Allocation) -> None: ...
 
 
+# Runs one attempt (the callable) at a gang and returns its outcome.
+AttemptWrapper = Callable[[str, Callable[[], "GangOutcome"]], "GangOutcome"]
+
+
 class OutcomeKind(StrEnum):
     PLACED = "placed"
     WAITING = "waiting"
@@ -37,6 +42,20 @@ class OutcomeKind(StrEnum):
     TIMED_OUT = "timed_out"
     BIND_FAILED = "bind_failed"
     BROKEN = "broken"
+
+
+@dataclass(frozen=True)
+class PodDecision:
+    """Why a member went where it went: the node, its score, and the nodes the filters turned away."""
+
+    pod: str
+    node: str
+    score: int
+    """The chosen node's weighted score; 0 when it was the only feasible node (nothing to compare)."""
+    feasible_nodes: int
+    nodes_considered: int
+    rejected: Mapping[str, int] = field(default_factory=dict)
+    """Nodes the filters rejected, counted by reason."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +72,8 @@ class GangOutcome:
     deadline: float | None = None
     # The member that fit nowhere, for an unschedulable gang.
     pod: str | None = None
+    # For a placed gang: the decision behind each member bound in this attempt.
+    decisions: tuple[PodDecision, ...] = ()
 
     @property
     def nodes(self) -> frozenset[str]:
@@ -64,6 +85,7 @@ class _Member:
     pod: PodSpec
     state: CycleState
     node: str
+    decision: PodDecision
 
 
 @dataclass
@@ -158,15 +180,21 @@ class GangScheduler:
 
     # -- the loop ------------------------------------------------------------------------------
 
-    def run(self, now: float, max_attempts: int | None = None) -> list[GangOutcome]:
-        """Expire timed-out waits, then try active gangs in queue order until none is left."""
+    def run(
+        self, now: float, max_attempts: int | None = None, around: AttemptWrapper | None = None
+    ) -> list[GangOutcome]:
+        """Expire timed-out waits, then try active gangs in queue order until none is left.
+
+        ``around``, when given, runs each attempt: it is called with the gang and the attempt to
+        make, and returns its outcome (the service opens the decision's span there)."""
         outcomes = self.expire(now)
         attempts = 0
         while max_attempts is None or attempts < max_attempts:
             entry = self.queue.pop(now)
             if entry is None:
                 break
-            outcomes.append(self.attempt(entry.name, now))
+            attempt = functools.partial(self.attempt, entry.name, now)
+            outcomes.append(attempt() if around is None else around(entry.name, attempt))
             attempts += 1
         return outcomes
 
@@ -206,7 +234,7 @@ class GangScheduler:
             if not status.ok:
                 failure = (RequeueReason.RESERVE_FAILED, Diagnosis.whole_pod(status, len(snapshot)))
                 break
-            waiting.members[pod.name] = _Member(pod, state, result.node)
+            waiting.members[pod.name] = _Member(pod, state, result.node, _decision(pod.name, result))
             self.registry.mark_reserved(gang, pod.name)
             status, timeout = self.framework.run_permit(state, pod, result.node)
             if status.rejected:
@@ -257,7 +285,8 @@ class GangScheduler:
                 return self._break(gang, RequeueReason.BIND_FAILED, status.message(), now, tuple(bound))
             self.registry.mark_bound(gang, member.pod.name)
             bound.append(allocation)
-        return GangOutcome(gang, OutcomeKind.PLACED, bound=tuple(bound))
+        decisions = tuple(member.decision for member in waiting.members.values())
+        return GangOutcome(gang, OutcomeKind.PLACED, bound=tuple(bound), decisions=decisions)
 
     def _break(
         self, gang: str, reason: RequeueReason, message: str, now: float, already_gone: Iterable[Allocation]
@@ -304,6 +333,20 @@ class GangScheduler:
 
 
 _TIMEOUT = Status.unschedulable(Reason.PERMIT_TIMEOUT)
+_NO_REJECTIONS: Mapping[str, int] = {}
+
+
+def _decision(pod: str, result: ScheduleResult) -> PodDecision:
+    assert result.node is not None
+    filtered = result.filtered
+    return PodDecision(
+        pod,
+        result.node,
+        result.score,
+        result.feasible_nodes,
+        filtered.nodes_considered if filtered is not None else result.feasible_nodes,
+        filtered.rejected if filtered is not None else _NO_REJECTIONS,
+    )
 
 
 def _waiting_message(scheduler: GangScheduler, gang: str) -> str:

@@ -142,6 +142,7 @@ class NatsLink:
             self.mode = "jetstream"
         except NotFoundError:
             await nc.subscribe(self.subject, cb=self._on_msg)
+            await nc.flush(timeout=5)  # the server knows the subscription before we say we listen
             self.mode = "core"
         log.info("checkpoint client listens on %s (%s)", self.subject, self.mode)
 

@@ -30,6 +30,7 @@ from tessera.devcluster.sim.http import register_http_endpoints
 from tessera.devcluster.sim.kubelet import Kubelet
 from tessera.devcluster.sim.nvml import DutyCycleTrace, GpuReading, NvmlModel, PodLoad
 from tessera.devcluster.sim.operator_controller import GpuOperator
+from tessera.devcluster.sim.podresources import PodResourcesServers
 from tessera.devcluster.sim.spot import DEFAULT_NOTICE_S, SpotInterruptions, SpotNotice
 from tessera.devcluster.sim.state import FaultKind, SimNode
 from tessera.devcluster.sim.trainer import TrainerSettings
@@ -51,6 +52,7 @@ class DevCluster:
         host: str = "127.0.0.1",
         port: int = 0,
         history: int = 10_000,
+        podresources: bool = True,
     ) -> None:
         if not nodes:
             raise ValueError("a devcluster needs at least one node")
@@ -62,6 +64,8 @@ class DevCluster:
         self.operator = GpuOperator(self.ctx, on_node_lost=self.kubelet.node_lost)
         self.spot = SpotInterruptions(self.ctx)
         self.nvml = NvmlModel(duty_cycle or DutyCycleTrace.load())
+        #: the kubelet's PodResources gRPC API per node (off for very large simulated clusters)
+        self.podresources = PodResourcesServers(self.ctx, host) if podresources else None
         self._tasks: list[asyncio.Task[None]] = []
         self._thread_mode = False
         self._stopping: asyncio.Event | None = None
@@ -90,6 +94,8 @@ class DevCluster:
 
     async def __aenter__(self) -> Self:
         await self.apiserver.__aenter__()
+        if self.podresources is not None:
+            await self.podresources.start()
         self.operator.install()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self.kubelet.run()), loop.create_task(self.operator.run())]
@@ -102,6 +108,8 @@ class DevCluster:
         await self.spot.stop()
         await self.kubelet.stop()
         await self.operator.stop()
+        if self.podresources is not None:
+            await self.podresources.stop()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

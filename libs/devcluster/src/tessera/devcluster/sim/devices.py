@@ -29,6 +29,11 @@ class Holding:
     replica: bool = False  # one time-slicing replica of the GPU
 
 
+def mig_device_uuid(gpu_uuid: str, start: int) -> str:
+    """A stable UUID for the simulated MIG device at `start` on a GPU (NVML names MIG devices `MIG-…`)."""
+    return f"MIG-{gpu_uuid.removeprefix('GPU-')}-{start}"
+
+
 class AdmissionError(Exception):
     """The node cannot give the pod its devices (the kubelet's UnexpectedAdmissionError)."""
 

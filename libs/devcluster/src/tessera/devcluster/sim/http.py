@@ -2,6 +2,7 @@
 
     GET    /nvml                 the simulated nodes: {"nodes": [...]}
     GET    /nvml/<node>          NVML readings of the node's GPUs: {"node", "readings": [...]}
+    GET    /podresources         each node's kubelet PodResources gRPC endpoint: {"nodes": {node: "host:port"}}
     POST   /faults/<node>        inject a fault: {"kind": "xid"|"overheating"|"lost", "gpu": 0, "code": 79}
                                  (kind "lost" without "gpu" loses the whole node), or a spot interruption:
                                  {"kind": "spot-interruption", "notice_s": 120}: the node is tainted now
@@ -93,7 +94,12 @@ def register_http_endpoints(cluster: DevCluster) -> None:
             raise _error(409, "Conflict", str(exc)) from None
         return {"node": node, "cleared": True}
 
+    def podresources() -> dict[str, Any]:
+        servers = cluster.podresources
+        return {"nodes": dict(servers.endpoints) if servers is not None else {}}
+
     emulator["get /nvml"] << list_nodes
+    emulator["get /podresources"] << podresources
     emulator["get", re.compile(_NODE_PATH.format(prefix="nvml"))] << readings
     emulator["post", re.compile(_NODE_PATH.format(prefix="faults"))] << inject
     emulator["delete", re.compile(_NODE_PATH.format(prefix="faults"))] << clear

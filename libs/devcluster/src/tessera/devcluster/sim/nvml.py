@@ -21,7 +21,7 @@ from typing import Any
 
 from tessera.cluster.catalogue import model as catalogue_model
 from tessera.devcluster import data
-from tessera.devcluster.sim.devices import Holding
+from tessera.devcluster.sim.devices import Holding, mig_device_uuid
 from tessera.devcluster.sim.state import SimGpu
 
 SIM_PROFILE_ANNOTATION = "tessera.io/sim-profile"  # training | inference | idle
@@ -61,11 +61,16 @@ class GpuReading:
     throttled: bool = False
     pods: tuple[str, ...] = ()
     sampled_at_s: float = 0.0
+    #: compute processes: {"pid", "memory_mib", "pod"} (what NVML's running processes say, with the pod)
+    processes: tuple[dict[str, Any], ...] = ()
+    mig_devices: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
         body["xid_errors"] = list(self.xid_errors)
         body["pods"] = list(self.pods)
+        body["processes"] = [dict(p) for p in self.processes]
+        body["mig_devices"] = list(self.mig_devices)
         return body
 
 
@@ -163,8 +168,10 @@ class NvmlModel:
         geometry = catalogue_model(gpu.model).mig
         utilisation = 0.0
         memory = 0.0
+        processes = []
         for load in loads:
             util = self.pod_utilisation(load, at_s)
+            before = memory
             if load.holding.mig_profile is not None and geometry is not None:
                 profile = geometry.profile(load.holding.mig_profile)
                 utilisation += util * profile.compute_slices / geometry.compute_slices
@@ -174,6 +181,8 @@ class NvmlModel:
                 utilisation += util
                 fill = 0.85 if load.profile == "training" else 0.6
                 memory += total_memory * share * (fill if util > 0 else 0.05)
+            pid = 1000 + zlib.crc32(load.pod.encode()) % 4_000_000
+            processes.append({"pid": pid, "memory_mib": int(memory - before), "pod": load.pod})
         utilisation = round(min(100.0, utilisation), 1)
         tdp = TDP_W.get(gpu.model, 250.0)
         power = round(tdp * (0.15 + 0.85 * utilisation / 100), 1)
@@ -193,4 +202,8 @@ class NvmlModel:
             gpu.overheating,
             tuple(sorted(load.pod for load in loads)),
             round(at_s, 3),
+            tuple(processes),
+            tuple(mig_device_uuid(gpu.uuid, inst.start) for inst in gpu.mig_instances)
+            if gpu.mig_enabled
+            else (),
         )

@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from tessera.contracts.events import NodeInventory
+from tessera.telemetry.domain.attribution import GpuProcess
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ class Reading:
     lost: bool = False
     #: who holds the GPU (namespace/name of pods, or pid/N for bare processes); None: cannot tell
     pods: tuple[str, ...] | None = None
+    #: compute processes on the GPU with their memory (and pod, when the source can tell); None: unknown
+    processes: tuple[GpuProcess, ...] | None = None
+    #: the UUIDs of the GPU's MIG devices, so PodResources' MIG device ids find their GPU
+    mig_devices: tuple[str, ...] = ()
 
     @property
     def allocated(self) -> bool:

@@ -15,6 +15,7 @@ import httpx
 
 from tessera.cluster.conventions import parse_node
 from tessera.contracts.events import GpuInventory, NodeInventory
+from tessera.telemetry.domain.attribution import GpuProcess
 from tessera.telemetry.domain.model import Reading, SourceUnavailable
 
 
@@ -35,6 +36,12 @@ def reading_from_json(body: dict[str, Any], at: datetime) -> Reading:
             xid_errors=tuple(int(x) for x in body.get("xid_errors", ())),
             lost=body.get("health") == "lost",
             pods=tuple(str(p) for p in body.get("pods", ())),
+            processes=tuple(
+                GpuProcess(int(p["pid"]), int(p["memory_mib"]), p.get("pod")) for p in body["processes"]
+            )
+            if "processes" in body
+            else None,
+            mig_devices=tuple(str(m) for m in body.get("mig_devices", ())),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"devcluster reading: bad or missing field {exc}") from exc
@@ -77,6 +84,11 @@ class DevclusterSource:
         nodes = (await self._get("/nvml"))["nodes"]
         bodies = await asyncio.gather(*(self._get(f"/nvml/{node}") for node in nodes))
         return [reading_from_json(r, now) for body in bodies for r in body["readings"]]
+
+    async def podresources_endpoints(self) -> dict[str, str]:
+        """Each simulated node's kubelet PodResources endpoint (`host:port`)."""
+        body = await self._get("/podresources")
+        return {str(node): str(target) for node, target in body.get("nodes", {}).items()}
 
     async def close(self) -> None:
         await self._client.aclose()

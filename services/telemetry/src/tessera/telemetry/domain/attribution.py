@@ -1,0 +1,224 @@
+"""Who uses a GPU: each reading split among the containers that hold the GPU. Pure.
+
+The kubelet's PodResources API says which container holds which device (`DeviceGrant`): a whole GPU
+(`nvidia.com/gpu`, device id `GPU-…`), one time-slicing replica of it (`GPU-…::<n>`), or a MIG
+device (`nvidia.com/mig-<profile>`, device id `MIG-…`, whose GPU the source names). A GPU held by
+one container is that container's alone. A GPU shared by several is split:
+
+* by **memory** when the source names the pod of every compute process on the GPU and each belongs
+  to a holder (NVML's `nvmlDeviceGetComputeRunningProcesses`, the devcluster's simulated processes):
+  each holder's share of the GPU's use is its processes' share of the GPU memory in use;
+* else by **requested** share: the milli-GPU the scheduler placed (`gang_placed`), else the MIG
+  profile's compute slices, else equal replicas.
+
+Every `Share` says which rule split it (`split`). See ADR 0015.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from tessera.cluster.catalogue import model as catalogue_model
+from tessera.cluster.catalogue import parse_profile_name
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+REPLICA_SEPARATOR = "::"
+MILLI_PER_GPU = 1000
+
+SPLIT_MEMORY = "memory"
+SPLIT_REQUESTED = "requested"
+
+#: the pod of GPU use that no holder accounts for (processes outside Kubernetes, gone pods)
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceGrant:
+    """One device the kubelet gave one container (a `ContainerDevices` entry of PodResources `List`)."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """One container's hold on one GPU."""
+
+    namespace: str
+    pod: str
+    container: str
+    gpu_uuid: str
+    #: thousandths of the GPU it was given; None when only the split can tell (replicas)
+    milli: int | None = None
+    mig_profile: str | None = None
+    replica: bool = False
+
+    @property
+    def pod_key(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A compute process on a GPU, with the pod it runs in when the source can tell."""
+
+    pid: int
+    memory_mib: int
+    pod: str | None = None  # namespace/name
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """One container's part of one GPU reading: the GPUs it held and used, and its memory."""
+
+    namespace: str
+    pod: str
+    container: str
+    allocated_gpus: float
+    used_gpus: float
+    memory_mib: float
+    split: str
+
+    @property
+    def pod_key(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+
+def _parent(device_id: str) -> str:
+    cut = device_id.find(REPLICA_SEPARATOR)
+    return device_id if cut < 0 else device_id[:cut]
+
+
+def holders_from_grants(
+    grants: Sequence[DeviceGrant],
+    mig_parents: Mapping[str, str] | None = None,
+    placed_milli: Callable[[str, str], int | None] | None = None,
+) -> tuple[dict[str, list[Holder]], list[DeviceGrant]]:
+    """GPU uuid -> its holders, and the GPU grants whose GPU is not known (a MIG device no reading
+    names). `placed_milli(pod_key, gpu_uuid)` gives the share the scheduler placed, when it did."""
+    by_gpu: dict[str, list[Holder]] = {}
+    unresolved: list[DeviceGrant] = []
+    parents = mig_parents or {}
+    for g in grants:
+        if g.resource == GPU_RESOURCE:
+            uuid = _parent(g.device_id)
+            replica = uuid != g.device_id
+            milli = placed_milli(f"{g.namespace}/{g.pod}", uuid) if placed_milli else None
+            if milli is None and not replica:
+                milli = MILLI_PER_GPU
+            by_gpu.setdefault(uuid, []).append(
+                Holder(g.namespace, g.pod, g.container, uuid, milli, None, replica)
+            )
+        elif g.resource.startswith(MIG_RESOURCE_PREFIX):
+            parent = parents.get(g.device_id)
+            if parent is None:
+                unresolved.append(g)
+                continue
+            profile = g.resource[len(MIG_RESOURCE_PREFIX) :]
+            if profile.endswith(".me"):
+                profile = profile[: -len(".me")] + "+me"
+            by_gpu.setdefault(parent, []).append(
+                Holder(g.namespace, g.pod, g.container, parent, None, profile)
+            )
+    return by_gpu, unresolved
+
+
+def holders_from_pods(gpu_uuid: str, pods: Sequence[str]) -> list[Holder]:
+    """The fallback without PodResources: the source's own holders of a GPU (`namespace/name`, or
+    `pid/<n>` on bare NVML), each with an equal requested share."""
+    out = []
+    for key in pods:
+        namespace, _, name = key.partition("/")
+        out.append(Holder(namespace, name, "", gpu_uuid, None, None, len(pods) > 1))
+    return out
+
+
+def _mig_fraction(model: str, profile: str) -> float:
+    try:
+        geometry = catalogue_model(model).mig
+    except (KeyError, ValueError):
+        geometry = None
+    try:
+        compute, _, _ = parse_profile_name(profile)
+    except ValueError:
+        return 1.0 / 7
+    total = geometry.compute_slices if geometry is not None else 7
+    return compute / total
+
+
+def requested_fractions(holders: Sequence[Holder], model: str = "") -> list[float]:
+    """Each holder's share of the GPU it was given: its placed milli, its MIG profile's compute
+    slices, or for replicas without a placement an equal part of what the others leave."""
+    fractions: list[float | None] = []
+    for h in holders:
+        if h.mig_profile is not None:
+            fractions.append(_mig_fraction(model, h.mig_profile))
+        elif h.milli is not None:
+            fractions.append(h.milli / MILLI_PER_GPU)
+        else:
+            fractions.append(None)
+    unknown = sum(1 for f in fractions if f is None)
+    if unknown:
+        known = sum(f for f in fractions if f is not None)
+        rest = max(0.0, 1.0 - known) / unknown if known < 1.0 else 1.0 / (unknown + len(holders))
+        return [rest if f is None else f for f in fractions]
+    return [f for f in fractions if f is not None]
+
+
+def split_reading(
+    utilization_pct: float,
+    memory_used_mib: float,
+    holders: Sequence[Holder],
+    processes: Sequence[GpuProcess] | None = None,
+    model: str = "",
+) -> list[Share]:
+    """The reading of one GPU split among its holders (see the module's rules). Use that no holder
+    accounts for (a GPU busy with nobody holding it) goes to the `unknown` pod."""
+    used = max(0.0, min(100.0, utilization_pct)) / 100.0
+    memory = max(0.0, memory_used_mib)
+    if not holders:
+        if used <= 0.0 and not processes:
+            return []
+        return [Share(UNKNOWN, UNKNOWN, "", 0.0, used, memory, SPLIT_REQUESTED)]
+    allocated = requested_fractions(holders, model)
+    if len(holders) == 1:
+        h = holders[0]
+        return [Share(h.namespace, h.pod, h.container, allocated[0], used, memory, SPLIT_REQUESTED)]
+    by_memory = _memory_by_holder(holders, processes)
+    if by_memory is not None:
+        total = sum(by_memory)
+        return [
+            Share(h.namespace, h.pod, h.container, a, used * m / total, float(m), SPLIT_MEMORY)
+            for h, a, m in zip(holders, allocated, by_memory, strict=True)
+        ]
+    weight = sum(allocated) or 1.0
+    return [
+        Share(h.namespace, h.pod, h.container, a, used * a / weight, memory * a / weight, SPLIT_REQUESTED)
+        for h, a in zip(holders, allocated, strict=True)
+    ]
+
+
+def _memory_by_holder(holders: Sequence[Holder], processes: Sequence[GpuProcess] | None) -> list[int] | None:
+    """Each holder's process memory, when every process is known to belong to a holding pod (a pod
+    with several holding containers on the GPU cannot be split by memory: NVML names no container)."""
+    if not processes:
+        return None
+    index: dict[str, int] = {}
+    for i, h in enumerate(holders):
+        if h.pod_key in index:
+            return None
+        index[h.pod_key] = i
+    memory = [0] * len(holders)
+    for p in processes:
+        found = index.get(p.pod) if p.pod is not None else None
+        if found is None:
+            return None
+        memory[found] += max(0, p.memory_mib)
+    if sum(memory) <= 0:
+        return None
+    return memory

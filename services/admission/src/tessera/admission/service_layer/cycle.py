@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from opentelemetry import context as otel_context
-from opentelemetry import propagate
+from opentelemetry import propagate, trace
 
 from tessera.admission.domain.model import Job
 from tessera.admission.domain.queueing import Admit, CycleResult, Preempt, Wait
@@ -63,6 +63,8 @@ async def run_cycle(
         await uow.flush_events()  # inside the cycle's span: events of jobs without a trace join it
         span.set_attribute("admitted", len(report.admitted))
         span.set_attribute("examined", report.examined)
+        span.set_attribute("waiting", report.waiting)
+        span.set_attribute("preemptions", len(report.preemptions) + len(report.released))
         deadlines = [r.deadline for r in state.engine.inflight_preemptions().values()]
         report.next_deadline = _at(min(deadlines)) if deadlines else None
     if before_commit is not None:
@@ -105,7 +107,9 @@ async def apply_decisions(
             _preempt(jobs[decision.victim], decision, state, now)
             (report.released if decision.forced else report.preemptions).append(decision.victim)
     for job_id, reason, message in waits:
-        jobs[job_id].wait(reason, message, now)
+        job = jobs[job_id]
+        with _in_trace_of(job, "admission.wait", job.queue, "waiting", reason, message=message):
+            job.wait(reason, message, now)
     await uow.jobs.save_all(jobs.values())
     return report
 
@@ -113,7 +117,7 @@ async def apply_decisions(
 def _admit(job: Job, d: Admit, now: datetime) -> None:
     where = ", ".join(sorted(set(d.flavors)))
     reason = f"admitted to queue {d.queue} in flavor {where}" + (" (borrowing)" if d.borrows else "")
-    with _in_trace_of(job, "admission.admit"):
+    with _in_trace_of(job, "admission.admit", d.queue, "admitted", reason, flavor=where, borrowing=d.borrows):
         job.trace_headers = current_trace_headers()  # its events follow from this decision's span
         job.admit(now, reason, d.flavors)
 
@@ -122,15 +126,38 @@ def _preempt(job: Job, d: Preempt, state: CycleState, now: datetime) -> None:
     engine = state.engine
     checkpointable = engine.is_admitted(d.victim) and engine.admitted(d.victim).workload.checkpointable
     apply = job.preempt if d.forced else job.request_preemption
-    apply(d.preemptor, d.reason.value, d.grace_period_s, _at(d.deadline), checkpointable, now)
+    decision = "preempted" if d.forced else "preemption_requested"
+    flavor = ", ".join(sorted(set(job.flavors)))
+    with _in_trace_of(
+        job,
+        "admission.preempt",
+        d.victim_queue,
+        decision,
+        d.reason.value,
+        flavor=flavor,
+        preemptor=d.preemptor,
+    ):
+        apply(d.preemptor, d.reason.value, d.grace_period_s, _at(d.deadline), checkpointable, now)
 
 
 @contextmanager
-def _in_trace_of(job: Job, name: str) -> Iterator[None]:
-    """A span for one decision about `job`, in the trace the job was submitted in."""
+def _in_trace_of(
+    job: Job, name: str, queue: str, decision: str, reason: str, **more: str | bool
+) -> Iterator[None]:
+    """A span for one decision about `job` (see docs/tracing.md), in the trace the job was
+    submitted in, linked to the span of the cycle that decided it."""
+    cycle = trace.get_current_span().get_span_context()
+    attributes: dict[str, str | bool] = {
+        "job_id": job.id,
+        "queue": queue,
+        "decision": decision,
+        "reason": reason,
+        **{key: value for key, value in more.items() if value != ""},
+    }
     token = otel_context.attach(propagate.extract(job.trace_headers or {}))
     try:
-        with tracer().start_as_current_span(name, attributes={"job_id": job.id}):
+        links = [trace.Link(cycle)] if cycle.is_valid else None
+        with tracer().start_as_current_span(name, attributes=attributes, links=links):
             yield
     finally:
         otel_context.detach(token)

@@ -183,6 +183,7 @@ def test_help_lists_every_option() -> None:
         "--ready-timeout",
         "--no-devcluster",
         "--devcluster-speed",
+        "--otlp-endpoint",
     ):
         assert option in result.output
     assert "TESSERA_NATS_URL" in result.output
@@ -194,6 +195,7 @@ def test_help_lists_every_option() -> None:
         (["--services", "nope"], "unknown service(s) nope"),
         (["--nats-url", "http://x"], "is not a URL with scheme nats or tls"),
         (["--kubeconfig", "/definitely/not/here"], "is not a file"),
+        (["--otlp-endpoint", "grpc://x:4317"], "is not a URL with scheme http or https"),
     ],
 )
 def test_bad_options_fail_before_starting_anything(args: list[str], message: str, tmp_path: Path) -> None:
@@ -220,3 +222,23 @@ def test_only_telemetry_reads_the_devcluster() -> None:
     assert "TESSERA_TELEMETRY_DEVCLUSTER_URL" not in specs[1].env
     assert all(s.env["TESSERA_KUBECONFIG"] == "/s/kubeconfig" for s in specs)
     assert endpoints.kubeconfig == "/s/kubeconfig"
+
+
+def test_every_service_exports_its_spans_to_the_otlp_endpoint_given() -> None:
+    def plan(otlp_endpoint: str | None) -> list[dict[str, str]]:
+        specs, _ = plan_services(
+            ["admission", "scheduler"],
+            {"admission": 1, "scheduler": 2},
+            nats_url="nats://n",
+            database_url="postgresql://d",
+            kubeconfig=None,
+            state=StateDir(Path("/s")),
+            service_argv=default_service_argv,
+            otlp_endpoint=otlp_endpoint,
+        )
+        return [dict(s.env) for s in specs]
+
+    assert all(
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:4318" for env in plan("http://127.0.0.1:4318")
+    )
+    assert all("OTEL_EXPORTER_OTLP_ENDPOINT" not in env for env in plan(None))

@@ -144,6 +144,13 @@ def up(
     stop_timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds a service gets after SIGTERM before SIGKILL.")
     ] = 10.0,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="Export every service's spans over OTLP/HTTP to this collector (sets "
+            "OTEL_EXPORTER_OTLP_ENDPOINT for each service), e.g. http://localhost:4318 for Jaeger."
+        ),
+    ] = None,
 ) -> None:
     """Run Tessera on this machine: PostgreSQL, NATS, the devcluster and the six services, until Ctrl-C.
 
@@ -174,5 +181,6 @@ def up(
         devcluster_speed=devcluster_speed,
         ready_timeout=ready_timeout,
         stop_timeout=stop_timeout,
+        otlp_endpoint=check_url(otlp_endpoint, ("http", "https"), "--otlp-endpoint"),
     )
     raise typer.Exit(run_up(options))

@@ -74,6 +74,8 @@ class UpOptions:
     #: prefer the fixed default ports (14222, 15432, 18080…) when no port is remembered yet;
     #: off, fresh state directories get kernel-chosen free ports (tests running side by side)
     use_default_ports: bool = True
+    #: an OTLP/HTTP collector (Jaeger: http://localhost:4318) every service exports its spans to
+    otlp_endpoint: str | None = None
 
     def default_port(self, default: int) -> int | None:
         return default if self.use_default_ports else None
@@ -133,6 +135,7 @@ def plan_services(
     service_argv: ServiceArgv,
     cluster_file: Path | None = None,
     devcluster_url: str | None = None,
+    otlp_endpoint: str | None = None,
 ) -> tuple[list[ServiceSpec], Endpoints]:
     """How to launch each service, and the endpoints it will serve."""
     specs: list[ServiceSpec] = []
@@ -147,6 +150,8 @@ def plan_services(
         }
         if kubeconfig is not None:
             env["TESSERA_KUBECONFIG"] = str(kubeconfig)
+        if otlp_endpoint is not None:  # the OpenTelemetry SDK's own variable (see core's tracing)
+            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp_endpoint
         if name == "admission":  # the local stack is open unless the caller asks for tokens
             env["TESSERA_ADMISSION_AUTH"] = os.environ.get("TESSERA_ADMISSION_AUTH", "disabled")
         if name == "telemetry" and cluster_file is not None:
@@ -219,6 +224,7 @@ def run_up(
                 service_argv=service_argv,
                 cluster_file=options.cluster_file,
                 devcluster_url=devcluster.url if devcluster else None,
+                otlp_endpoint=options.otlp_endpoint,
             )
             # from here on the event loop owns SIGINT/SIGTERM; teardown below must not be interrupted
             stack.callback(_ignore_stop_signals)
@@ -303,7 +309,7 @@ async def _serve(
         await supervisor.start()
         if await _wait_ready(supervisor, endpoints, options.ready_timeout, stop, console):
             write_endpoints(state.endpoints_file, endpoints)
-            _print_table(console, state, endpoints, devcluster)
+            _print_table(console, state, endpoints, devcluster, options.otlp_endpoint)
             await stop.wait()
         for reason in lost:
             console.print(f"[red]error:[/] {escape(reason)}", soft_wrap=True)
@@ -384,7 +390,11 @@ def _console_sink(console: Console, names: list[str]) -> Callable[[str, str], No
 
 
 def _print_table(
-    console: Console, state: StateDir, endpoints: Endpoints, devcluster: DevclusterProcess | None = None
+    console: Console,
+    state: StateDir,
+    endpoints: Endpoints,
+    devcluster: DevclusterProcess | None = None,
+    otlp_endpoint: str | None = None,
 ) -> None:
     table = Table(title="Tessera is up", title_justify="left", caption=f"state and logs under {state.root}")
     for column in ("component", "url", "log"):
@@ -398,6 +408,8 @@ def _print_table(
         table.add_row(name, ep.base_url, f"{logs}/{name}.log")
     if endpoints.admission_api_url:
         table.add_row("admission API", endpoints.admission_api_url, "")
+    if otlp_endpoint:
+        table.add_row("traces (OTLP)", otlp_endpoint, "")
     console.print(table)
     if endpoints.kubeconfig:
         console.print(f"kubectl --kubeconfig {endpoints.kubeconfig} get nodes,pods -o wide")

@@ -11,9 +11,12 @@ import httpx
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tessera.cli.endpoints import admission_url
+from tessera.cli.explain import explain as explain_job
+from tessera.cli.explain import render
 
 app = typer.Typer(help="Submit and inspect jobs.", no_args_is_help=True)
 console = Console()
@@ -114,6 +117,31 @@ def get(
     for step in job["history"]:
         table.add_row(step["at"], step["state"], step["reason"])
     console.print(table)
+
+
+@app.command()
+def explain(
+    job_id: Annotated[str, typer.Argument(help="the job's id")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the explanation as JSON")] = False,
+    api: ApiOption = None,
+) -> None:
+    """Tell a job's story from its history, and why it is where it is: admission's latest decision
+    (waiting and why, admitted where) and the scheduler's (placed where, or why it cannot be)."""
+    with _client(api) as client:
+        try:
+            response = client.get(f"/v1/jobs/{job_id}")
+        except httpx.HTTPError as exc:
+            raise _fail_unreachable(str(client.base_url), exc) from exc
+    if response.status_code == 404:
+        err.print(f"[red]no job with id {escape(job_id)}[/]: check the id with `tessera jobs list`")
+        raise typer.Exit(1)
+    fail_on_error(response)
+    explanation = explain_job(response.json())
+    if as_json:
+        console.print_json(data=explanation.to_json())
+        return
+    for line in render(explanation):
+        console.print(escape(line), highlight=False, soft_wrap=True)
 
 
 @app.command("list")

@@ -1,6 +1,6 @@
 """Through the service: a gang that fits its quota but not the cluster's free shape waits as
 NoFeasiblePlacement holding no quota, until placements and inventory change; and a victim that
-never reports released is preempted at its deadline, which admits the preemptor."""
+never reports released is preempted at its deadline, which admits the preemptor (the victim queues again)."""
 
 from __future__ import annotations
 
@@ -148,8 +148,10 @@ async def test_a_victim_that_never_reports_released_is_preempted_at_its_deadline
 
     await eventually(high_admitted, what="the preemptor admitted at the deadline")
     victim = await job(api, "low")
-    assert victim["state"] == "preempted"
-    assert victim["history"][-1]["reason"] == "preempted by high (InQueuePriority): release deadline passed"
+    assert victim["state"] == "queued", "preempted, then queued again behind the preemptor"
+    steps = [(step["state"], step["reason"]) for step in victim["history"]]
+    released = steps.index(("preempted", "preempted by high (InQueuePriority): release deadline passed"))
+    assert steps[released + 1] == ("queued", "requeued after preemption")
     requests = [e.parse() for e in await read_stream(api.ctx.js, subjects.PREEMPTION_REQUESTED)]
     assert [(r.victim_job_id, r.forced) for r in requests if isinstance(r, PreemptionRequested)] == [
         ("low", False),

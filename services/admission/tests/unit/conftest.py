@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tessera.admission.domain.documents import QueueingDocument, StoredConfig
-from tessera.admission.domain.model import ACTIVE, Job
+from tessera.admission.domain.model import ACTIVE, Job, JobCheckpoint
 from tessera.admission.domain.queueing import InFlightPreemption
 from tessera.admission.domain.queueing.model import DrainingVictim
 from tessera.admission.domain.queueing.resources import FlavorResource
@@ -123,6 +123,31 @@ def _snapshot(job: Job) -> Job:
     return snapshot
 
 
+class InMemoryCheckpoints:
+    """Checkpoints by job, as recorded. Like the database, a job handed out by `InMemoryJobs` carries
+    its newest one because the job saved it (the handler records both)."""
+
+    def __init__(self) -> None:
+        self.by_job: dict[str, list[tuple[JobCheckpoint, str | None]]] = {}
+        self.bulk_reads: list[set[str]] = []
+
+    async def add(self, job_id: str, checkpoint: JobCheckpoint, request_id: str | None = None) -> bool:
+        if any(c.id == checkpoint.id for cs in self.by_job.values() for c, _ in cs):
+            return False
+        self.by_job.setdefault(job_id, []).append((checkpoint, request_id))
+        return True
+
+    def _newest_first(self, job_id: str) -> list[JobCheckpoint]:
+        return sorted((c for c, _ in self.by_job.get(job_id, [])), key=lambda c: c.order, reverse=True)
+
+    async def of_jobs(self, job_ids: Collection[str], limit: int = 100) -> dict[str, list[JobCheckpoint]]:
+        return {j: self._newest_first(j)[:limit] for j in job_ids if j in self.by_job}
+
+    async def latest_times(self, job_ids: Collection[str]) -> dict[str, datetime]:
+        self.bulk_reads.append(set(job_ids))
+        return {j: self._newest_first(j)[0].at for j in job_ids if j in self.by_job}
+
+
 class InMemoryConfig:
     def __init__(self) -> None:
         self.stored = StoredConfig()
@@ -218,6 +243,7 @@ class FakeAdmissionUnitOfWork(FakeUnitOfWork, AdmissionUnitOfWork):
     def __init__(self) -> None:
         super().__init__()
         self.fake_jobs = InMemoryJobs()
+        self.fake_checkpoints = InMemoryCheckpoints()
         self.fake_config = InMemoryConfig()
         self.fake_tokens = InMemoryTokens()
         self.fake_inventory = InMemoryInventory()
@@ -226,6 +252,7 @@ class FakeAdmissionUnitOfWork(FakeUnitOfWork, AdmissionUnitOfWork):
 
     def open_repositories(self, session: object) -> None:
         self.jobs = self.fake_jobs.opened(self.track)
+        self.checkpoints = self.fake_checkpoints
         self.config = self.fake_config
         self.tokens = self.fake_tokens
         self.inventory = self.fake_inventory

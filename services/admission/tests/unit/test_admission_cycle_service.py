@@ -11,8 +11,15 @@ from tessera.admission.domain.model import JobState
 from tessera.admission.domain.queueing import Admit, CycleResult, Wait, WaitReason
 from tessera.admission.service_layer.cycle import INADMISSIBLE, apply_decisions, run_cycle
 from tessera.admission.service_layer.cycle_state import load_cycle_state
-from tessera.admission.service_layer.handlers import handle_inventory, submit_job
+from tessera.admission.service_layer.handlers import (
+    cancel_job,
+    handle_checkpoint_saved,
+    handle_inventory,
+    report_outcome,
+    submit_job,
+)
 from tessera.contracts.events import (
+    CheckpointSaved,
     GpuInventory,
     InventoryChanged,
     JobAdmitted,
@@ -111,8 +118,11 @@ async def test_a_higher_priority_job_asks_the_lower_one_to_leave_and_takes_its_q
     forced = uow.events_of(PreemptionRequested)[-1]
     assert (forced.victim_job_id, forced.forced) == ("low", True)
     low = uow.job("low")
-    assert low.state is JobState.PREEMPTED
-    assert low.history[-1].reason == "preempted by urgent (InQueuePriority): release deadline passed"
+    assert [(t.state, t.reason) for t in low.history[-2:]] == [
+        (JobState.PREEMPTED, "preempted by urgent (InQueuePriority): release deadline passed"),
+        (JobState.QUEUED, "requeued after preemption"),
+    ]
+    assert (low.preempted_by, low.flavors, low.admitted_at) == (None, (), None)
     assert [(e.job_id, e.state) for e in uow.events_of(JobFinished)] == [("low", "preempted")]
     assert uow.job("urgent").state is JobState.ADMITTED
     assert uow.fake_cycle_records.inflight == [] and uow.fake_cycle_records.draining == []
@@ -177,3 +187,60 @@ async def test_apply_turns_each_decision_into_its_jobs_transition_and_saves_them
     assert [e.job_id for e in uow.events_of(JobAdmitted)] == ["a"]
     assert waits(uow, "b") == ["waiting: BlockedByHead: behind a"] and waits(uow, "c") == []
     assert uow.commits == 4, "three submissions, then one for every decision applied"
+
+
+async def checkpoint(uow: Any, job_id: str, step: int, at: datetime) -> str:
+    uri = f"file:///ckpt/{job_id}/step-{step}"
+    saved = CheckpointSaved(job_id=job_id, step=step, uri=uri, size_bytes=2**20, at=at)
+    async with uow:
+        await handle_checkpoint_saved(an_envelope(saved), uow)
+        await uow.commit()
+    return uri
+
+
+async def test_a_preempted_job_queues_again_and_is_admitted_resuming_from_its_newest_checkpoint(
+    uow: Any,
+) -> None:
+    uow.configure(FOUR_GPUS)
+    t0 = datetime.now(UTC)
+    await submit(uow, "low", gpus=4, checkpointable=True)
+    await cycle(uow, now=t0)
+    await checkpoint(uow, "low", 40, t0 + timedelta(seconds=30))
+    newest = await checkpoint(uow, "low", 70, t0 + timedelta(seconds=60))
+    await submit(uow, "urgent", gpus=4, priority=100)
+    assert (await cycle(uow, now=t0 + timedelta(seconds=61))).preemptions == ["low"]
+    async with uow:  # the scheduler evicted it once its checkpoint was saved
+        await report_outcome("low", "preempted", "1 pods evicted for urgent after checkpoint_saved", uow)
+        await uow.commit()
+    assert uow.job("low").state is JobState.QUEUED
+
+    report = await cycle(uow, now=t0 + timedelta(seconds=62))
+    assert report.admitted == ["urgent"] and uow.job("low").waiting is not None, "low waits for quota"
+    async with uow:
+        await cancel_job("urgent", uow)
+        await uow.commit()
+    assert (await cycle(uow, now=t0 + timedelta(seconds=90))).admitted == ["low"]
+
+    admitted = [e for e in uow.events_of(JobAdmitted) if e.job_id == "low"]
+    assert [e.resume_from for e in admitted] == [None, newest]
+    assert uow.job("low").history[-1].reason.endswith(f"resumes from the checkpoint at step 70 ({newest})")
+
+
+async def test_the_cycle_reads_checkpoint_times_in_bulk_and_preempts_the_job_that_loses_least(
+    uow: Any,
+) -> None:
+    """Equal priority, admitted in the same cycle: `older` would go first by Kueue's order (`newer`
+    was created later), but `older` checkpointed more recently, so evicting it loses less."""
+    uow.configure(FOUR_GPUS)
+    t0 = datetime.now(UTC)
+    await submit(uow, "older", gpus=2, checkpointable=True)
+    await submit(uow, "newer", gpus=2, checkpointable=True)
+    await cycle(uow, now=t0)
+    await checkpoint(uow, "newer", 10, t0 + timedelta(seconds=10))
+    await checkpoint(uow, "older", 20, t0 + timedelta(seconds=50))
+    await submit(uow, "urgent", gpus=2, priority=100)
+
+    report = await cycle(uow, now=t0 + timedelta(seconds=60))
+
+    assert report.preemptions == ["older"]
+    assert uow.fake_checkpoints.bulk_reads[-1] == {"older", "newer"}, "one read for the jobs holding quota"

@@ -3,19 +3,21 @@ it announces once committed, and what it refuses. No database, no NATS."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from tessera.admission.bootstrap import consumers
 from tessera.admission.domain.documents import QueueingDocument
-from tessera.admission.domain.model import InvalidTransition, JobState
+from tessera.admission.domain.model import InvalidTransition, JobCheckpoint, JobState
 from tessera.admission.domain.queueing import QueueingValidationError
 from tessera.admission.service_layer.configuration import change_config
 from tessera.admission.service_layer.cycle import run_cycle
 from tessera.admission.service_layer.handlers import (
     JobNotFound,
     cancel_job,
+    handle_checkpoint_saved,
     handle_inventory,
     handle_outcome_command,
     handle_scheduler_event,
@@ -27,6 +29,7 @@ from tessera.admission.service_layer.tokens import grant_of, hash_token, issue_t
 from tessera.contracts import subjects
 from tessera.contracts.base import Message
 from tessera.contracts.events import (
+    CheckpointSaved,
     GangFinished,
     GangPlaced,
     GangUnschedulable,
@@ -42,6 +45,7 @@ from tessera.contracts.events import (
     PodsEvicted,
     ReportJobOutcome,
     SubmitJob,
+    checkpoint_id,
 )
 from tessera.core.messaging.consumer import PermanentError
 from tessera.testing.builders import a_job, an_envelope
@@ -190,6 +194,7 @@ def test_each_handler_reads_the_subjects_it_is_meant_for() -> None:
         "admission-outcomes": ("admission", subjects.REPORT_JOB_OUTCOME, handle_outcome_command),
         "admission-scheduler-outcomes": ("scheduler", "tessera.scheduler.evt.>", handle_scheduler_event),
         "admission-inventory": ("telemetry", subjects.INVENTORY_CHANGED, handle_inventory),
+        "admission-checkpoints": ("checkpoint", subjects.CHECKPOINT_SAVED, handle_checkpoint_saved),
     }
 
 
@@ -226,11 +231,14 @@ async def test_a_release_after_a_preemption_request_names_the_preemptor(uow: Any
         uow,
     )
     job = uow.job("victim")
-    assert job.state is JobState.PREEMPTED
-    assert job.history[-1].reason == "released after preemption by urgent: 2 pods evicted"
+    assert [(t.state, t.reason) for t in job.history[-2:]] == [
+        (JobState.PREEMPTED, "released after preemption by urgent: 2 pods evicted"),
+        (JobState.QUEUED, "requeued after preemption"),
+    ]
     assert [(e.state, e.reason) for e in uow.events_of(JobFinished)] == [
         ("preempted", "released after preemption by urgent: 2 pods evicted")
     ]
+    assert "victim" not in uow.fake_inventory.placements, "its GPUs are free"
 
 
 async def test_an_outcome_that_does_not_fit_the_state_is_ignored(uow: Any) -> None:
@@ -383,3 +391,59 @@ async def test_a_token_is_kept_hashed_and_acts_for_its_tenant(uow: Any) -> None:
         unknown = await grant_of(uow, "tsr_guessed")
     assert grant is not None and (grant.tenant, grant.admin) == ("team", False)
     assert unknown is None
+
+
+# ---- checkpoints -----------------------------------------------------------------------------------
+
+SAVED_AT = datetime(2026, 11, 25, 9, 30, tzinfo=UTC)
+
+
+def saved(job_id: str, step: int, uri: str, at: datetime = SAVED_AT, request_id: str | None = None) -> Any:
+    return CheckpointSaved(job_id=job_id, request_id=request_id, step=step, uri=uri, size_bytes=2**20, at=at)
+
+
+async def test_a_saved_checkpoint_is_recorded_once_and_told_in_the_job_s_history(uow: Any) -> None:
+    await placed_job(uow, "train")
+    uri = "file:///ckpt/train/step-40-ab"
+    await deliver(handle_checkpoint_saved, saved("train", 40, uri, request_id="req-1"), uow)
+    # Announced again (another event id, so the inbox lets it through): the same checkpoint.
+    await deliver(handle_checkpoint_saved, saved("train", 40, uri, request_id="req-1"), uow)
+
+    job = uow.job("train")
+    assert [t.reason for t in job.history if t.reason.startswith("checkpoint")] == [
+        f"checkpoint saved at step 40 ({uri})"
+    ]
+    assert job.state is JobState.PLACED and changes(uow, "train")[-1] == (
+        "placed",
+        "placed",
+        f"checkpoint saved at step 40 ({uri})",
+    )
+    expected = JobCheckpoint(checkpoint_id("train", uri), 40, 2**20, uri, SAVED_AT)
+    assert uow.fake_checkpoints.by_job == {"train": [(expected, "req-1")]}
+    assert job.latest_checkpoint == expected
+
+
+async def test_the_newest_checkpoint_is_the_one_the_job_resumes_from_whatever_the_order_told(
+    uow: Any,
+) -> None:
+    await placed_job(uow, "train")
+    later = saved("train", 90, "file:///ckpt/train/step-90-b", SAVED_AT + timedelta(minutes=5))
+    await deliver(handle_checkpoint_saved, later, uow)
+    await deliver(handle_checkpoint_saved, saved("train", 40, "file:///ckpt/train/step-40-a"), uow)
+
+    latest = uow.job("train").latest_checkpoint
+    assert latest is not None and (latest.step, latest.uri) == (90, "file:///ckpt/train/step-90-b")
+    async with uow:
+        listed = await uow.checkpoints.of_jobs(["train"])
+    assert [c.step for c in listed["train"]] == [90, 40], "newest first"
+
+
+async def test_a_checkpoint_of_a_job_admission_does_not_know_is_dropped(uow: Any) -> None:
+    await deliver(handle_checkpoint_saved, saved("stranger", 3, "file:///ckpt/stranger/step-3-x"), uow)
+    assert uow.fake_checkpoints.by_job == {} and uow.outbox == []
+
+
+async def test_the_checkpoint_consumer_takes_only_checkpoint_saved(uow: Any) -> None:
+    with pytest.raises(PermanentError, match="admission-checkpoints takes"):
+        async with uow:
+            await handle_checkpoint_saved(an_envelope(SubmitJob(spec={})), uow)

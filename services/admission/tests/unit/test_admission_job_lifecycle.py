@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tessera.admission.domain.model import InvalidTransition, Job, JobState
+from tessera.admission.domain.model import InvalidTransition, Job, JobCheckpoint, JobState
 from tessera.contracts.base import FieldError
 from tessera.contracts.events import (
     JobAccepted,
@@ -139,12 +139,19 @@ def test_a_preemption_request_keeps_the_job_running_and_names_who_wants_its_quot
     assert isinstance(noted, JobStateChanged) and noted.state == noted.previous_state == "admitted"
 
 
-def test_a_forced_preemption_ends_the_job_and_frees_its_quota() -> None:
+def test_a_forced_preemption_ends_the_job_frees_its_quota_and_queues_it_again() -> None:
     job = admitted_job()
     job.preempt("urgent", "InQueuePriority", 0.0, NOW, False, NOW)
-    assert job.state is JobState.PREEMPTED
-    assert [type(e) for e in job.events] == [PreemptionRequested, JobStateChanged, JobFinished]
+    assert [t.state for t in job.history[-2:]] == [JobState.PREEMPTED, JobState.QUEUED]
+    assert job.history[-1].reason == "requeued after preemption"
+    assert [type(e) for e in job.events] == [
+        PreemptionRequested,
+        JobStateChanged,
+        JobFinished,
+        JobStateChanged,
+    ]
     assert isinstance(job.events[0], PreemptionRequested) and job.events[0].forced
+    assert (job.state, job.preempted_by, job.flavors, job.admitted_at) == (JobState.QUEUED, None, (), None)
 
 
 @pytest.mark.parametrize("ask", ["request_preemption", "preempt"])
@@ -165,8 +172,49 @@ def test_the_scheduler_places_only_an_admitted_job() -> None:
         job.unschedulable("0/4 nodes fit", NOW)
 
 
-def test_a_release_after_a_preemption_request_names_the_preemptor() -> None:
+def test_a_release_after_a_preemption_request_names_the_preemptor_and_queues_the_job_again() -> None:
     job = admitted_job()
     job.request_preemption("urgent", "InQueuePriority", 30.0, NOW, False, NOW)
     job.report(JobState.PREEMPTED, "", NOW)
-    assert job.history[-1].reason == "released after preemption by urgent"
+    assert [(t.state, t.reason) for t in job.history[-2:]] == [
+        (JobState.PREEMPTED, "released after preemption by urgent"),
+        (JobState.QUEUED, "requeued after preemption"),
+    ]
+    # Admitted again, a late release meant for the earlier admission changes nothing.
+    job.admit(NOW, "admitted again")
+    with pytest.raises(InvalidTransition, match="no preemption was requested"):
+        job.report(JobState.PREEMPTED, "1 pods evicted", NOW)
+    assert job.state is JobState.ADMITTED
+
+
+def test_a_job_records_its_checkpoints_and_resumes_from_the_newest_when_admitted_again() -> None:
+    job = admitted_job()
+    first = JobCheckpoint("c1", 100, 2**20, "file:///ckpt/j1/step-100-a", NOW + timedelta(minutes=5))
+    second = JobCheckpoint("c2", 180, 2**20, "file:///ckpt/j1/step-180-b", NOW + timedelta(minutes=9))
+    job.events.clear()
+    job.checkpoint_saved(second, NOW + timedelta(minutes=9))
+    job.checkpoint_saved(first, NOW + timedelta(minutes=10))  # announced late: older, it changes nothing
+    assert job.latest_checkpoint == second
+    assert [t.reason for t in job.history[-2:]] == [
+        "checkpoint saved at step 180 (file:///ckpt/j1/step-180-b)",
+        "checkpoint saved at step 100 (file:///ckpt/j1/step-100-a)",
+    ]
+    assert all(isinstance(e, JobStateChanged) and e.state == "admitted" for e in job.events)
+
+    job.request_preemption("urgent", "InQueuePriority", 120.0, NOW, True, NOW)
+    job.report(JobState.PREEMPTED, "1 pods evicted", NOW)
+    job.events.clear()
+    job.admit(NOW, "admitted to queue q in flavor a100")
+
+    (admitted,) = [e for e in job.events if isinstance(e, JobAdmitted)]
+    assert admitted.resume_from == "file:///ckpt/j1/step-180-b"
+    assert job.history[-1].reason == (
+        "admitted to queue q in flavor a100; resumes from the checkpoint at step 180 (file:///ckpt/j1/step-180-b)"
+    )
+
+
+def test_a_job_without_a_checkpoint_is_admitted_with_nothing_to_resume_from() -> None:
+    job = Job.submit("j1", SPEC, NOW)
+    job.admit(NOW)
+    (admitted,) = [e for e in job.events if isinstance(e, JobAdmitted)]
+    assert admitted.resume_from is None

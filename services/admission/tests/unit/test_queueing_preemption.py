@@ -22,6 +22,7 @@ from tessera.admission.domain.queueing import (
     WithinQueuePolicy,
 )
 from tessera.admission.domain.queueing.builders import a_job, a_queue
+from tessera.admission.domain.queueing.preemption import victim_order_key
 
 TIMING = PreemptionTiming(checkpoint_grace_s=120.0, default_grace_s=30.0, release_timeout_s=60.0)
 
@@ -303,3 +304,56 @@ def test_cancelling_a_preemptor_gives_its_reservation_back() -> None:
     engine.cancel("urgent")
     engine.release("low")
     assert engine.queue_usage("q")[("a100", "gpu")] == 0
+
+
+# ---- checkpoint-aware victims --------------------------------------------------------------------
+
+
+def running_team(jobs: Sequence[tuple[str, int, float, float | None]]) -> QueueingEngine:
+    """One 4-GPU queue full of 1-GPU jobs (name, priority, admitted at, newest checkpoint at)."""
+    engine = engine_of(a_queue("team").nominal(gpu=len(jobs)).build())
+    for i, (name, priority, admitted_at, checkpointed_at) in enumerate(jobs):
+        job = a_job(name).queue("team").gpus(1).priority(priority).checkpointable().at(float(i)).build()
+        engine.restore_admitted(job, ("a100",), admitted_at, checkpointed_at)
+    return engine
+
+
+def victim_for(engine: QueueingEngine, now: float = 100.0) -> list[str]:
+    engine.submit(a_job("urgent").queue("team").gpus(1).priority(50).at(now).build())
+    return [p.victim for p in preempts(engine.run_cycle(now).decisions)]
+
+
+def test_among_equals_the_job_that_checkpointed_last_is_preempted_first() -> None:
+    """Same priority, admitted in the same cycle: each checkpointed at a different time, or not yet
+    (created last, so Kueue's order alone would pick it)."""
+    jobs = [("ckpt-old", 0, 10.0, 30.0), ("ckpt-new", 0, 10.0, 90.0), ("ckpt-mid", 0, 10.0, 60.0)]
+    assert victim_for(running_team([*jobs, ("no-ckpt", 0, 10.0, None)])) == ["ckpt-new"]
+
+    order = sorted(
+        (
+            a
+            for q in running_team([*jobs, ("no-ckpt", 0, 10.0, None)]).cohort_admitted("team").values()
+            for a in q.values()
+        ),
+        key=lambda a: victim_order_key("other", a),
+    )
+    assert [a.name for a in order] == ["ckpt-new", "ckpt-mid", "ckpt-old", "no-ckpt"]
+
+
+def test_a_checkpointable_job_with_no_checkpoint_yet_ranks_after_one_with_a_recent_checkpoint() -> None:
+    # "fresh" was created after "saved", so without checkpoints it would be the victim.
+    assert victim_for(running_team([("saved", 0, 10.0, None), ("fresh", 0, 10.0, None)])) == ["fresh"]
+    assert victim_for(running_team([("saved", 0, 10.0, 95.0), ("fresh", 0, 10.0, None)])) == ["saved"]
+
+
+def test_work_counts_from_the_newest_checkpoint_or_the_admission_whichever_is_later() -> None:
+    """`resumed` was admitted again at 80 with a checkpoint from before its preemption (at 20): it
+    has lost 20 s of work, `steady` (admitted at 0, checkpointed at 60) 40 s."""
+    assert victim_for(running_team([("resumed", 0, 80.0, 20.0), ("steady", 0, 0.0, 60.0)])) == ["resumed"]
+    # Without checkpoints it is Kueue's order: the most recently admitted.
+    assert victim_for(running_team([("first", 0, 0.0, None), ("last", 0, 50.0, None)])) == ["last"]
+
+
+def test_priority_still_comes_before_checkpoints() -> None:
+    jobs = [("low-unsaved", 0, 10.0, None), ("mid-just-saved", 5, 10.0, 99.0)]
+    assert victim_for(running_team(jobs)) == ["low-unsaved"]

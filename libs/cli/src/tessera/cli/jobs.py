@@ -95,7 +95,7 @@ def get(
     as_json: Annotated[bool, typer.Option("--json", help="print the raw JSON")] = False,
     api: ApiOption = None,
 ) -> None:
-    """Show a job and its state history."""
+    """Show a job, its state history and the checkpoints it saved."""
     with _client(api) as client:
         try:
             response = client.get(f"/v1/jobs/{job_id}")
@@ -117,6 +117,15 @@ def get(
     for step in job["history"]:
         table.add_row(step["at"], step["state"], step["reason"])
     console.print(table)
+    if job.get("checkpoints"):
+        saved = Table(
+            "saved at", "step", "bytes", "uri", title="checkpoints, newest first (it resumes from the first)"
+        )
+        for checkpoint in job["checkpoints"]:
+            saved.add_row(
+                checkpoint["at"], str(checkpoint["step"]), f"{checkpoint['bytes']:,}", checkpoint["uri"]
+            )
+        console.print(saved)
 
 
 @app.command()

@@ -10,6 +10,7 @@ from tessera.admission.entrypoints.cycle import admission_cycle
 from tessera.admission.entrypoints.errors import install_error_handlers
 from tessera.admission.service_layer.dependencies import AdmissionDeps
 from tessera.admission.service_layer.handlers import (
+    handle_checkpoint_saved,
     handle_inventory,
     handle_outcome_command,
     handle_scheduler_event,
@@ -29,6 +30,9 @@ def consumers(deps: AdmissionDeps) -> list[ConsumerSpec[AdmissionUnitOfWork]]:
             "admission-scheduler-outcomes", "scheduler", "tessera.scheduler.evt.>", handle_scheduler_event
         ),
         ConsumerSpec("admission-inventory", "telemetry", subjects.INVENTORY_CHANGED, handle_inventory),
+        ConsumerSpec(
+            "admission-checkpoints", "checkpoint", subjects.CHECKPOINT_SAVED, handle_checkpoint_saved
+        ),
     ]
 
 

@@ -67,6 +67,26 @@ job_transitions = Table(
     Column("at", DateTime(timezone=True), nullable=False),
 )
 
+job_checkpoints = Table(
+    "job_checkpoints",
+    metadata,
+    # the checkpoint service's id (`tessera.contracts.events.checkpoint_id`: from the job and the uri)
+    Column("id", String(64), primary_key=True),
+    Column("job_id", String(64), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("step", BigInteger, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False, server_default="0"),
+    Column("uri", Text, nullable=False),
+    Column("request_id", String(64), nullable=True),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+Index(
+    "ix_job_checkpoints_job_at",
+    job_checkpoints.c.job_id,
+    job_checkpoints.c.at.desc(),
+    job_checkpoints.c.step.desc(),
+)
+
 # ---- queueing configuration ----------------------------------------------------------------------
 
 flavors = Table(

@@ -3,7 +3,8 @@
 A job is loaded whole (`get`, with its history) or, for the cycle, in bulk without its history
 (`get_many`). Either way the repository remembers how many transitions are already stored, so
 `save_all` writes only what the job recorded since, for thousands of jobs in two statements.
-Loaded and added jobs are handed to `track`: the unit of work publishes their events at commit."""
+Loaded and added jobs are handed to `track`: the unit of work publishes their events at commit.
+A job comes with its newest checkpoint (`job_checkpoints`, joined), which it resumes from."""
 
 from __future__ import annotations
 
@@ -11,13 +12,26 @@ import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import DateTime, String, Text, any_, bindparam, cast, func, insert, select, update
+from sqlalchemy import (
+    DateTime,
+    Select,
+    String,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    func,
+    insert,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tessera.admission.adapters.orm import job_transitions, jobs
-from tessera.admission.domain.model import ACTIVE, Job, JobState, Transition
+from tessera.admission.adapters.orm import job_checkpoints, job_transitions, jobs
+from tessera.admission.domain.model import ACTIVE, Job, JobCheckpoint, JobState, Transition
 from tessera.admission.domain.workloads import ActiveJob
 from tessera.contracts.base import FieldError
 from tessera.contracts.jobs import JobSpec
@@ -41,6 +55,32 @@ AGGREGATE = (
     jobs.c.preemption_deadline,
 )
 """The columns of the aggregate (not the queueing view, `workload`)."""
+_LATEST = (
+    select(
+        job_checkpoints.c.id,
+        job_checkpoints.c.step,
+        job_checkpoints.c.size_bytes,
+        job_checkpoints.c.uri,
+        job_checkpoints.c.at,
+    )
+    .where(job_checkpoints.c.job_id == jobs.c.id)
+    .order_by(job_checkpoints.c.at.desc(), job_checkpoints.c.step.desc(), job_checkpoints.c.id)
+    .limit(1)
+    .lateral("latest_checkpoint")
+)
+LATEST_CHECKPOINT = (
+    _LATEST.c.id.label("checkpoint_id"),
+    _LATEST.c.step.label("checkpoint_step"),
+    _LATEST.c.size_bytes.label("checkpoint_bytes"),
+    _LATEST.c.uri.label("checkpoint_uri"),
+    _LATEST.c.at.label("checkpoint_at"),
+)
+"""The job's newest checkpoint (one index lookup per job), what it resumes from."""
+
+
+def _aggregate() -> Select[Any]:
+    return select(*AGGREGATE, *LATEST_CHECKPOINT).select_from(jobs.outerjoin(_LATEST, true()))
+
 
 _TS = DateTime(timezone=True)
 _CHANGED: dict[str, Any] = {
@@ -121,9 +161,9 @@ class JobRepository:
 
     async def get(self, job_id: str, *, for_update: bool = False) -> Job | None:
         """The job with its whole history."""
-        query = select(*AGGREGATE).where(jobs.c.id == job_id)
+        query = _aggregate().where(jobs.c.id == job_id)
         if for_update:
-            query = query.with_for_update()
+            query = query.with_for_update(of=jobs)
         row = (await self.session.execute(query)).first()
         if row is None:
             return None
@@ -142,7 +182,7 @@ class JobRepository:
         in the order of `ids`: the order their events are published in."""
         if not ids:
             return {}
-        rows = await self.session.execute(select(*AGGREGATE).where(jobs.c.id == ids_param(ids)))
+        rows = await self.session.execute(_aggregate().where(jobs.c.id == ids_param(ids)))
         found = {row.id: _to_job(row, []) for row in rows}
         return {i: self._seen(found[i], 0) for i in ids if i in found}
 
@@ -217,7 +257,7 @@ class JobRepository:
         limit: int = 100,
     ) -> list[Job]:
         """The most recent jobs, without their history."""
-        query = select(*AGGREGATE).order_by(jobs.c.submitted_at.desc()).limit(limit)
+        query = _aggregate().order_by(jobs.c.submitted_at.desc()).limit(limit)
         if tenant:
             query = query.where(jobs.c.tenant == tenant)
         if queue:
@@ -273,5 +313,14 @@ def _to_job(row: Any, history: list[Transition]) -> Job:
         waiting=_waiting(row.wait_reason, row.wait_message),
         preempted_by=row.preempted_by,
         preemption_deadline=row.preemption_deadline,
+        latest_checkpoint=JobCheckpoint(
+            row.checkpoint_id,
+            row.checkpoint_step,
+            row.checkpoint_bytes,
+            row.checkpoint_uri,
+            row.checkpoint_at,
+        )
+        if row.checkpoint_id is not None
+        else None,
         trace_headers=dict(row.trace_headers) or None,
     )

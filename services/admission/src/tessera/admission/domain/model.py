@@ -82,6 +82,23 @@ class Transition:
     at: datetime
 
 
+@dataclass(frozen=True)
+class JobCheckpoint:
+    """A checkpoint the job saved, as the checkpoint service announced it: durable, so the job resumes
+    from its newest one when it is admitted again."""
+
+    id: str
+    step: int
+    size_bytes: int
+    uri: str
+    at: datetime
+
+    @property
+    def order(self) -> tuple[datetime, int]:
+        """Newer checkpoints sort after older ones (by time saved, then step)."""
+        return (self.at, self.step)
+
+
 @dataclass
 class Job:
     id: str
@@ -101,6 +118,8 @@ class Job:
     """Why a queued job is not admitted yet: (reason, message), as the cycle last said."""
     preempted_by: str | None = None
     preemption_deadline: datetime | None = None
+    latest_checkpoint: JobCheckpoint | None = None
+    """The newest checkpoint the job saved: what it resumes from when admitted again."""
     trace_headers: dict[str, str] | None = None
     """The trace the job belongs to; its events are published in it."""
     events: list[Message] = field(default_factory=list)
@@ -182,13 +201,24 @@ class Job:
     def admit(
         self, now: datetime, reason: str = "admitted in FIFO order", flavors: Sequence[str] = ()
     ) -> None:
-        """Quota is granted in `flavors` (one per pod group): the scheduler may place the job now."""
+        """Quota is granted in `flavors` (one per pod group): the scheduler may place the job now. A job
+        that saved a checkpoint (before it was preempted) resumes from its newest one."""
+        resume = self.latest_checkpoint
+        if resume is not None:
+            reason += f"; resumes from the checkpoint at step {resume.step} ({resume.uri})"
         self.move(JobState.ADMITTED, reason, now)
         assert self.spec is not None
         self.flavors = tuple(flavors)
         self.admitted_at = now
         self.waiting = None
-        self.events.append(JobAdmitted(job_id=self.id, spec=self.spec, submitted_at=self.submitted_at))
+        self.events.append(
+            JobAdmitted(
+                job_id=self.id,
+                spec=self.spec,
+                submitted_at=self.submitted_at,
+                resume_from=resume.uri if resume is not None else None,
+            )
+        )
 
     def wait(self, reason: str, message: str, now: datetime) -> None:
         """A queued job is not admitted this time, and why. Only a new reason is news: the same
@@ -253,6 +283,7 @@ class Job:
             )
         )
         self.move(JobState.PREEMPTED, f"preempted by {preemptor} ({reason}): release deadline passed", now)
+        self._requeue(now)
 
     def place(self, pods: int, nodes: Sequence[str], now: datetime) -> None:
         """The scheduler placed and bound the whole gang."""
@@ -267,14 +298,38 @@ class Job:
         self.note(f"unschedulable: {message}", now)
 
     def report(self, outcome: JobState, reason: str, now: datetime) -> None:
-        """Whoever runs the job says it runs, ended, or released its resources after a
-        preemption request (the reason then names the preemptor)."""
-        if outcome is JobState.PREEMPTED and self.preempted_by:
+        """Whoever runs the job says it runs, ended, or released its resources after a preemption
+        request (the reason then names the preemptor; the job then queues again). A release nobody
+        asked for (a late report about an earlier admission of the job) is refused."""
+        if outcome is JobState.PREEMPTED:
+            if not self.preempted_by:
+                raise InvalidTransition(
+                    self.id, self.state, outcome, f"is {self.state}: no preemption was requested of it"
+                )
             reason = f"released after preemption by {self.preempted_by}" + (f": {reason}" if reason else "")
         self.move(outcome, reason or outcome.value, now)
+        if outcome is JobState.PREEMPTED:
+            self._requeue(now)
+
+    def checkpoint_saved(self, checkpoint: JobCheckpoint, now: datetime) -> None:
+        """A checkpoint of the job is durable (periodic, or asked for before a preemption or a node's
+        loss): its history says so, and the job resumes from the newest one it saved."""
+        if self.latest_checkpoint is None or checkpoint.order > self.latest_checkpoint.order:
+            self.latest_checkpoint = checkpoint
+        self.note(f"checkpoint saved at step {checkpoint.step} ({checkpoint.uri})", now)
 
     def cancel(self, reason: str, now: datetime) -> None:
         self.move(JobState.CANCELLED, reason, now)
+
+    def _requeue(self, now: datetime) -> None:
+        """A preempted job goes back to its queue at once, keeping its place (its submission time), as
+        Kueue requeues an evicted workload: it is admitted again when quota allows, and resumes from
+        its newest checkpoint."""
+        self.preempted_by = None
+        self.preemption_deadline = None
+        self.flavors = ()
+        self.admitted_at = None
+        self.move(JobState.QUEUED, "requeued after preemption", now)
 
     def _must_hold_quota(self, why: str) -> None:
         if not self.holds_quota:

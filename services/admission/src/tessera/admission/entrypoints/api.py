@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, status
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from tessera.admission.domain.model import InvalidTransition, Job, JobState
+from tessera.admission.domain.model import InvalidTransition, Job, JobCheckpoint, JobState
 from tessera.admission.domain.queueing import QueueingValidationError
 from tessera.admission.entrypoints.auth import Caller, deps_of
 from tessera.admission.entrypoints.errors import ERRORS, ApiError, ErrorBody
@@ -24,10 +24,24 @@ from tessera.contracts.base import FieldError
 
 router = APIRouter(prefix="/v1", tags=["jobs"], responses=ERRORS)
 
+CHECKPOINTS_SHOWN = 100
+CHECKPOINTS_LISTED = 10
+"""Checkpoints shown per job: of one job, and of each job in a list."""
+
 
 class TransitionOut(BaseModel):
     state: str
     reason: str
+    at: datetime
+
+
+class CheckpointOut(BaseModel):
+    """A checkpoint the job saved: as the checkpoint service lists it (`GET /v1/jobs/{id}/checkpoints`)."""
+
+    id: str
+    step: int
+    bytes: int
+    uri: str
     at: datetime
 
 
@@ -42,6 +56,13 @@ class JobOut(BaseModel):
     spec: dict[str, Any] | None
     errors: list[FieldError]
     history: list[TransitionOut]
+    checkpoints: list[CheckpointOut] = Field(
+        default_factory=list,
+        description=(
+            f"the checkpoints it saved, newest first (at most {CHECKPOINTS_SHOWN}, or {CHECKPOINTS_LISTED} per "
+            "job in a list); a requeued job resumes from the first"
+        ),
+    )
 
 
 class Submitted(BaseModel):
@@ -54,7 +75,7 @@ class OutcomeIn(BaseModel):
     reason: str = ""
 
 
-def _out(job: Job) -> JobOut:
+def _out(job: Job, checkpoints: list[JobCheckpoint] | None = None) -> JobOut:
     return JobOut(
         id=job.id,
         name=job.name,
@@ -66,7 +87,19 @@ def _out(job: Job) -> JobOut:
         spec=job.spec.model_dump(mode="json") if job.spec else None,
         errors=job.errors,
         history=[TransitionOut(state=t.state, reason=t.reason, at=t.at) for t in job.history],
+        checkpoints=[
+            CheckpointOut(id=c.id, step=c.step, bytes=c.size_bytes, uri=c.uri, at=c.at)
+            for c in checkpoints or ()
+        ],
     )
+
+
+async def _with_checkpoints(
+    request: Request, found: list[Job], limit: int = CHECKPOINTS_SHOWN
+) -> list[JobOut]:
+    async with deps_of(request).uow() as uow:
+        checkpoints = await uow.checkpoints.of_jobs([job.id for job in found], limit)
+    return [_out(job, checkpoints.get(job.id)) for job in found]
 
 
 @router.post(
@@ -109,8 +142,9 @@ async def _visible_job(request: Request, caller: Caller, job_id: str) -> Job:
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
 async def get_job(request: Request, caller: Caller, job_id: str) -> JobOut:
-    """A job with its whole history: every transition with its time and reason."""
-    return _out(await _visible_job(request, caller, job_id))
+    """A job with its whole history (every transition with its time and reason) and the checkpoints
+    it saved, newest first."""
+    return (await _with_checkpoints(request, [await _visible_job(request, caller, job_id)]))[0]
 
 
 @router.get("/jobs", response_model=list[JobOut])
@@ -129,7 +163,7 @@ async def list_jobs(
         tenant = caller.tenant
     async with deps_of(request).uow() as uow:
         found = await uow.jobs.list(tenant=tenant, state=state, queue=queue, limit=limit)
-    return [_out(job) for job in found]
+    return await _with_checkpoints(request, found, CHECKPOINTS_LISTED)
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
@@ -147,7 +181,7 @@ async def cancel(request: Request, caller: Caller, job_id: str) -> JobOut:
             409, "conflict", f"job {job_id} is {exc.current}: it cannot be cancelled", "state"
         ) from None
     deps_of(request).wake_cycle()
-    return _out(job)
+    return (await _with_checkpoints(request, [job]))[0]
 
 
 @router.post("/jobs/{job_id}/outcome", response_model=JobOut)
@@ -169,4 +203,4 @@ async def outcome(request: Request, caller: Caller, job_id: str, body: OutcomeIn
             409, "conflict", f"job {job_id} is {current.state}: cannot become {body.state}", "state"
         )
     deps_of(request).wake_cycle()
-    return _out(job)
+    return (await _with_checkpoints(request, [job]))[0]

@@ -64,12 +64,21 @@ async def load_cycle_state(uow: AdmissionUnitOfWork, now: datetime) -> CycleStat
             open_mode=open_mode,
         )
         state.jobs[job.id] = job
+    holding = [job.id for job in active if job.state in HOLDS_QUOTA]
+    # When each saved its newest checkpoint: preemption prefers victims that lose the least work.
+    checkpointed = await uow.checkpoints.latest_times(holding)
     for job in active:
         if job.state not in HOLDS_QUOTA:
             continue
         flavors = tuple(OPEN_FLAVOR for _ in job.flavors) if open_mode else job.flavors
+        saved = checkpointed.get(job.id)
         try:
-            engine.restore_admitted(workloads[job.id], flavors, (job.admitted_at or now).timestamp())
+            engine.restore_admitted(
+                workloads[job.id],
+                flavors,
+                (job.admitted_at or now).timestamp(),
+                saved.timestamp() if saved is not None else None,
+            )
         except QueueingValidationError as exc:
             log.warning("admitted job no longer fits the configuration: %s", exc, extra={"job_id": job.id})
     for job in active:

@@ -1,5 +1,5 @@
-"""Admission's use cases: submit, cancel, outcome reports, and the scheduler's and telemetry's
-news. The admission cycle itself is in `cycle.py`.
+"""Admission's use cases: submit, cancel, outcome reports, and the scheduler's, telemetry's and the
+checkpoint service's news. The admission cycle itself is in `cycle.py`.
 
 Each one changes jobs through the `Job` aggregate and saves them through `uow.jobs`; the unit of
 work publishes what the jobs recorded when it commits. Whatever may change the cycle's view holds
@@ -13,18 +13,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tessera.admission.domain.model import InvalidTransition, Job, JobState
+from tessera.admission.domain.model import InvalidTransition, Job, JobCheckpoint, JobState
 from tessera.admission.domain.queueing import QueueingEngine, QueueingValidationError
 from tessera.admission.domain.workloads import groups_of, open_config, tenant_queue, to_workload
 from tessera.admission.service_layer.unit_of_work import AdmissionUnitOfWork
 from tessera.contracts.base import FieldError
 from tessera.contracts.events import (
+    CheckpointSaved,
     GangFinished,
     GangPlaced,
     GangUnschedulable,
     InventoryChanged,
     ReportJobOutcome,
     SubmitJob,
+    checkpoint_id,
 )
 from tessera.contracts.jobs import JobSpec
 from tessera.contracts.validation import parse_job_spec
@@ -216,3 +218,24 @@ async def handle_inventory(envelope: Envelope, uow: AdmissionUnitOfWork) -> None
     nodes = {node.name: [g.model_dump(mode="json") for g in node.gpus] for node in event.nodes}
     await uow.inventory.replace_source(event.source, nodes, now())
     await uow.gate.mark_changed()
+
+
+async def handle_checkpoint_saved(envelope: Envelope, uow: AdmissionUnitOfWork) -> None:
+    """A job's checkpoint is durable (periodic, or asked for before a preemption or a node's loss):
+    record it once, say so in the job's history, and the job resumes from its newest one when it is
+    admitted again. A checkpoint of a job admission does not know is dropped."""
+    event = envelope.parse()
+    if not isinstance(event, CheckpointSaved):
+        raise PermanentError(f"admission-checkpoints takes {CheckpointSaved.TYPE}, not {envelope.type}")
+    await uow.gate.hold_off()
+    job = await uow.jobs.get(event.job_id, for_update=True)
+    if job is None:
+        log.info("checkpoint of a job admission does not know", extra={"job_id": event.job_id})
+        return
+    checkpoint = JobCheckpoint(
+        checkpoint_id(event.job_id, event.uri), event.step, event.size_bytes, event.uri, event.at
+    )
+    if not await uow.checkpoints.add(job.id, checkpoint, event.request_id):
+        return  # announced again: recorded already
+    job.checkpoint_saved(checkpoint, now())
+    await uow.jobs.save(job)

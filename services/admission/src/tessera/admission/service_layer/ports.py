@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from tessera.admission.domain.documents import StoredConfig
-from tessera.admission.domain.model import Job
+from tessera.admission.domain.model import Job, JobCheckpoint
 from tessera.admission.domain.queueing import InFlightPreemption
 from tessera.admission.domain.queueing.model import DrainingVictim
 from tessera.admission.domain.queueing.resources import FlavorResource
@@ -34,6 +34,19 @@ class Jobs(Protocol):
         queue: str | None = None,
         limit: int = 100,
     ) -> list[Job]: ...
+
+
+class Checkpoints(Protocol):
+    """The checkpoints jobs saved (a job loaded through `Jobs` comes with its newest one)."""
+
+    async def add(self, job_id: str, checkpoint: JobCheckpoint, request_id: str | None = None) -> bool:
+        """Record a checkpoint of a known job; False when it is recorded already."""
+
+    async def of_jobs(self, job_ids: Collection[str], limit: int = 100) -> dict[str, list[JobCheckpoint]]:
+        """Each job's checkpoints, newest first, at most `limit` per job."""
+
+    async def latest_times(self, job_ids: Collection[str]) -> dict[str, datetime]:
+        """When each job that saved any saved its newest checkpoint."""
 
 
 class QueueingConfigs(Protocol):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tessera.admission.adapters.checkpoints import CheckpointRepository
 from tessera.admission.adapters.config_repository import ConfigRepository
 from tessera.admission.adapters.cycle_records import CycleGate as SqlCycleGate
 from tessera.admission.adapters.cycle_records import CycleRecordRepository
@@ -13,6 +14,7 @@ from tessera.admission.adapters.inventory import InventoryRepository
 from tessera.admission.adapters.repository import JobRepository
 from tessera.admission.adapters.tokens import TokenRepository
 from tessera.admission.service_layer.ports import (
+    Checkpoints,
     CycleGate,
     CycleRecords,
     Inventory,
@@ -28,6 +30,7 @@ if TYPE_CHECKING:  # the session is only handed on to the adapters
 
 class AdmissionUnitOfWork(UnitOfWork):
     jobs: Jobs
+    checkpoints: Checkpoints
     config: QueueingConfigs
     tokens: Tokens
     inventory: Inventory
@@ -36,6 +39,7 @@ class AdmissionUnitOfWork(UnitOfWork):
 
     def open_repositories(self, session: AsyncSession) -> None:
         self.jobs = JobRepository(session, self.track)
+        self.checkpoints = CheckpointRepository(session)
         self.config = ConfigRepository(session)
         self.tokens = TokenRepository(session)
         self.inventory = InventoryRepository(session)

@@ -67,8 +67,15 @@ class QueueingEngine:
         bisect.insort(self._pending[workload.queue], (key, workload.name))
         self._workloads[workload.name] = workload
 
-    def restore_admitted(self, workload: Workload, flavors: tuple[str, ...], admitted_at: float) -> None:
-        """Rebuild state after a restart: the workload already holds quota in `flavors`."""
+    def restore_admitted(
+        self,
+        workload: Workload,
+        flavors: tuple[str, ...],
+        admitted_at: float,
+        checkpointed_at: float | None = None,
+    ) -> None:
+        """Rebuild state after a restart: the workload already holds quota in `flavors` (and saved its
+        newest checkpoint at `checkpointed_at`, which preemption weighs)."""
         if workload.queue not in self.config.queues:
             raise QueueingValidationError("queue", f"unknown queue {workload.queue!r}")
         if len(flavors) != len(workload.pod_groups):
@@ -82,7 +89,7 @@ class QueueingEngine:
         for group, flavor in zip(workload.pod_groups, flavors, strict=True):
             for res, qty in group.total_requests.items():
                 usage[(flavor, res)] = usage.get((flavor, res), 0) + qty
-        self.hold(AdmittedWorkload(workload, flavors, usage, admitted_at))
+        self.hold(AdmittedWorkload(workload, flavors, usage, admitted_at, checkpointed_at=checkpointed_at))
 
     def release(self, name: str) -> None:
         """An admitted job finished, failed, was cancelled or evicted: its quota is free again."""

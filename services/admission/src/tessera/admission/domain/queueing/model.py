@@ -181,6 +181,17 @@ class AdmittedWorkload:
     admitted_at: float
     being_preempted: bool = False
     """A preemptor has asked for its eviction; it holds its quota until it reports released."""
+    checkpointed_at: float | None = None
+    """When it saved its newest checkpoint, if it saved any (the work since then is what evicting it
+    loses)."""
+
+    @property
+    def work_since(self) -> float:
+        """Since when its work would be lost if it were evicted now: its newest checkpoint saved since
+        it was admitted, else its admission (a resumed job restored its checkpoint when it started)."""
+        if self.checkpointed_at is not None and self.checkpointed_at > self.admitted_at:
+            return self.checkpointed_at
+        return self.admitted_at
 
     @property
     def name(self) -> str:

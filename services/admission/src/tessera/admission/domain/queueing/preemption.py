@@ -1,8 +1,11 @@
-"""Choosing victims: the fewest, lowest-priority, most recently admitted workloads whose removal
+"""Choosing victims: the fewest, lowest-priority workloads that lose the least work, whose removal
 lets the preemptor fit.
 
 Candidates are ordered as Kueue orders them (other queues first, then lower priority, then the
-most recently admitted), removed one by one until the preemptor fits, then added back in
+most recently admitted), except that a workload's work counts from its newest checkpoint when it
+saved one since it was admitted: among equals the one that checkpointed last loses least and goes
+first, and one that saved nothing yet counts from its admission. Without checkpoints this is
+Kueue's order. They are removed one by one until the preemptor fits, then added back in
 reverse order wherever the preemptor still fits without them. What remains is a set from which
 no victim can be spared. Two attempts are made:
 1. within nominal quota: lower-priority jobs of the same queue, and jobs of queues that borrow
@@ -38,11 +41,12 @@ class Target:
 def victim_order_key(
     preemptor_queue: str, candidate: AdmittedWorkload
 ) -> tuple[bool, int, float, float, int, str]:
-    """Other queues first, lowest priority, most recently admitted (then created), fewest pods."""
+    """Other queues first, lowest priority, least work lost (the newest checkpoint or, without one
+    since its admission, the most recently admitted), then the most recently created, fewest pods."""
     return (
         candidate.queue == preemptor_queue,
         candidate.workload.priority,
-        -candidate.admitted_at,
+        -candidate.work_since,
         -candidate.workload.created_at,
         candidate.workload.pod_count,
         candidate.name,

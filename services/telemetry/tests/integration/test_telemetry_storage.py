@@ -158,5 +158,9 @@ async def test_rollups_are_replaced_by_window_and_deleted_past_the_retention_wit
     ]
 
     telemetry.clock = lambda: NOW + timedelta(hours=22)  # 24 hours after a moment between the two
-    assert await telemetry.purge() == {"telemetry.inbox": 1, "telemetry.gpu_rollups": 1}
+    deleted = await telemetry.purge()
+    assert {table: n for table, n in deleted.items() if n} == {
+        "telemetry.inbox": 1,
+        "telemetry.gpu_rollups": 1,
+    }
     assert await rows(telemetry, "SELECT window_start FROM telemetry.gpu_rollups") == [(recent,)]

@@ -436,7 +436,104 @@ class ReadyForEviction(Message):
         return self.job_id
 
 
+class RightsizingRecommended(Message):
+    TYPE: ClassVar[str] = "io.tessera.telemetry.rightsizing_recommended.v1"
+    SUBJECT: ClassVar[str] = subjects.RIGHTSIZING_RECOMMENDED
+    SUMMARY: ClassVar[str] = (
+        "A pod holds more GPU than it uses: its measured p95 fits a smaller share (milli-GPU or MIG "
+        "profile), or it held a whole GPU at under 10% for hours; once per container, GPU and kind."
+    )
+
+    kind: Literal["fits_smaller_share", "whole_gpu_underused"]
+    namespace: str
+    pod: str
+    container: str = ""
+    job_id: str = Field(description="the job the pod belongs to; 'unknown' when no placement names it")
+    tenant: str
+    queue: str
+    node: str
+    gpu_uuid: str
+    gpu_model: str
+    window_start: datetime
+    window_end: datetime
+    samples: int = Field(ge=0, description="readings behind the percentiles")
+    allocated_milli: Annotated[int, Field(ge=0, le=1000, description="the share of the GPU it holds")]
+    p95_utilization_pct: Annotated[float, Field(ge=0, le=100, description="in percent of a whole GPU")]
+    p95_memory_mib: Annotated[int, Field(ge=0)]
+    recommended_milli: Annotated[
+        int, Field(ge=1, le=1000, description="a share that fits p95 use and memory with headroom")
+    ]
+    recommended_mig_profile: str | None = Field(
+        None, description="the smallest MIG profile that fits, on a MIG-capable model"
+    )
+    saving_gpu_hours_per_day: float = Field(ge=0, description="(allocated - recommended) x 24 hours")
+
+    def key(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+
+class RecordMetric(Message):
+    TYPE: ClassVar[str] = "io.tessera.forecaster.record_metric.v1"
+    SUBJECT: ClassVar[str] = subjects.RECORD_METRIC
+    SUMMARY: ClassVar[str] = (
+        "One observation of an application metric (request rate, queue length) for the forecaster to "
+        "forecast; a PredictiveAutoscaler's `events` metric names it."
+    )
+
+    metric: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z_:][A-Za-z0-9_:.-]*$",
+        description="the metric's name, as a PredictiveAutoscaler's metric.events.name names it",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="what tells this series apart from others of the same metric"
+    )
+    value: float = Field(description="the reading; a count of events when aggregation is `sum`")
+    at: datetime = Field(description="when it was observed")
+    aggregation: Literal["mean", "sum"] = Field(
+        "mean",
+        description="how readings in one step combine: `mean` for gauges (a rate), `sum` for counts of events",
+    )
+    gpu_shape: str | None = Field(
+        None, description="the GPU shape (model or MIG profile) one unit of this metric keeps busy, if any"
+    )
+
+    def key(self) -> str:
+        return self.metric
+
+
+class ShapeDemand(BaseModel):
+    """Expected demand for one GPU shape over the next window."""
+
+    model_config = ConfigDict(frozen=True)
+
+    shape: str = Field(description="GPU model or MIG profile; `unknown` when telemetry has not named it")
+    expected: float = Field(ge=0, description="the largest forecast over the window, GPU-equivalents busy")
+    served: float = Field(
+        ge=0, description="what the forecaster serves to autoscalers: expected plus the learned margin"
+    )
+    source: Literal["forecast", "reactive"] = Field(
+        description="`reactive` when a series fell back to its last reading (see reason)"
+    )
+    reason: str | None = None
+
+
+class ForecastUpdated(Message):
+    TYPE: ClassVar[str] = "io.tessera.forecaster.forecast_updated.v1"
+    SUBJECT: ClassVar[str] = subjects.FORECAST_UPDATED
+    SUMMARY: ClassVar[str] = "New forecasts: expected GPU demand by shape over the next window (for slicing)."
+
+    at: datetime = Field(description="the forecast's origin: the newest observation it saw")
+    window_s: float = Field(gt=0, description="how far ahead the expected demand reaches")
+    demand: list[ShapeDemand] = []
+
+    def key(self) -> str:
+        return "cluster"
+
+
 ALL: tuple[type[Message], ...] = (
+    RightsizingRecommended,
     SubmitJob,
     JobAccepted,
     JobRejected,
@@ -459,5 +556,7 @@ ALL: tuple[type[Message], ...] = (
     CheckpointSaved,
     CheckpointFailed,
     ReadyForEviction,
+    RecordMetric,
+    ForecastUpdated,
 )
 BY_TYPE: dict[str, type[Message]] = {m.TYPE: m for m in ALL}

@@ -5,10 +5,13 @@ from __future__ import annotations
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+import yaml
+from pydantic import BaseModel, Field, SecretStr, model_validator
 
 from tessera.core.settings import ServiceSettings, StreamSettings, http_port, service_config
+from tessera.telemetry.domain.usage import CapacityType, Flavor, PriceBook
 
 
 class SourceKind(StrEnum):
@@ -31,6 +34,67 @@ class IdleSettings(BaseModel):
     idle_below_pct: float = Field(5.0, ge=0, le=100)
     busy_above_pct: float = Field(15.0, ge=0, le=100)
     idle_after_s: float = Field(600.0, ge=0)
+
+
+class FlavorPrice(BaseModel):
+    """A flavor of GPU capacity and its price per GPU-hour (in `PricingSettings.currency`)."""
+
+    name: str
+    gpu_model: str | None = Field(None, description="the GPU model the flavor's nodes have; default: name")
+    capacity_type: Literal["on-demand", "spot"] | None = Field(
+        None, description="when the flavor is only on-demand or only spot capacity"
+    )
+    on_demand_per_gpu_hour: float = Field(0.0, ge=0)
+    spot_per_gpu_hour: float | None = Field(None, ge=0)
+
+
+class PricingSettings(BaseModel):
+    currency: str = "USD"
+    flavors: list[FlavorPrice] = []
+    file: Path | None = Field(
+        None, description="a YAML file with `currency` and `flavors` (see examples/prices/), read at start"
+    )
+
+    def price_book(self) -> PriceBook:
+        currency, flavors = self.currency, list(self.flavors)
+        if self.file is not None:
+            loaded = PricingSettings.model_validate(yaml.safe_load(self.file.read_text()) or {})
+            currency, flavors = loaded.currency, [*flavors, *loaded.flavors]
+        return PriceBook(
+            tuple(
+                Flavor(
+                    f.name,
+                    f.gpu_model,
+                    CapacityType(f.capacity_type) if f.capacity_type else None,
+                    f.on_demand_per_gpu_hour,
+                    f.spot_per_gpu_hour,
+                )
+                for f in flavors
+            ),
+            currency,
+        )
+
+
+class UsageSettings(BaseModel):
+    """Usage and cost accounting (domain/usage.py) and rightsizing (domain/rightsizing.py)."""
+
+    enabled: bool = True
+    max_gap_s: float = Field(30.0, gt=0, description="a longer gap between readings counts as this much")
+    idle_below_pct: float = Field(5.0, ge=0, le=100, description="of what the container holds")
+    idle_window_s: float = Field(600.0, ge=0)
+    max_skew_s: float = Field(30.0, gt=0, description="node clocks further off are clamped and reported")
+    flush_interval_s: float = Field(30.0, gt=0, description="how often usage rows are stored")
+    hourly_retention_days: float = Field(35.0, gt=0)
+    daily_retention_days: float = Field(400.0, gt=0)
+    podresources_socket: str = Field(
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        description="the kubelet's PodResources socket on this node (NVML and dcgm sources)",
+    )
+    rightsizing_window_s: float = Field(3600.0, gt=0)
+    rightsizing_min_samples: int = Field(30, ge=1)
+    rightsizing_headroom: float = Field(1.2, ge=1.0)
+    whole_gpu_below_pct: float = Field(10.0, ge=0, le=100)
+    whole_gpu_window_s: float = Field(4 * 3600.0, gt=0)
 
 
 class TelemetrySettings(ServiceSettings):
@@ -56,6 +120,17 @@ class TelemetrySettings(ServiceSettings):
     rollup_retention_h: float = Field(24.0, gt=0)
     health: HealthSettings = HealthSettings()
     idle: IdleSettings = IdleSettings()
+    usage: UsageSettings = UsageSettings()
+    pricing: PricingSettings = PricingSettings()
+    admission_url: str | None = Field(
+        None,
+        description="admission's API, to check a tenant's bearer token for GET /v1/usage; "
+        "without it only the admin token (or auth disabled) may read usage",
+    )
+    auth: Literal["required", "disabled"] = Field(
+        "required", description="`disabled` only for a local stack: every caller may read every tenant"
+    )
+    admin_token: SecretStr | None = Field(None, description="the admin bearer token (admission's)")
     # Samples are many and short-lived.
     stream: StreamSettings = StreamSettings(max_age_s=3600.0)
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 
 from tessera.telemetry.adapters.podresources.client import PodResourcesClient
+from tessera.telemetry.domain.attributed import Attributed, AttributedGpu, PlacedMilli
 from tessera.telemetry.domain.attribution import (
     DeviceGrant,
     Holder,
-    Share,
     holders_from_grants,
     holders_from_pods,
     split_reading,
@@ -25,24 +24,6 @@ from tessera.telemetry.domain.attribution import (
 from tessera.telemetry.domain.model import Reading, SourceUnavailable
 
 Endpoints = Callable[[], Awaitable[dict[str, str]]]
-PlacedMilli = Callable[[str, str], int | None]
-
-
-@dataclass(frozen=True)
-class AttributedGpu:
-    reading: Reading
-    shares: list[Share]
-
-
-@dataclass
-class Attributed:
-    gpus: list[AttributedGpu] = field(default_factory=list)
-    #: nodes attributed from the source's own holders, PodResources being unavailable there
-    fallback_nodes: list[str] = field(default_factory=list)
-    #: node -> why its PodResources could not be read
-    problems: dict[str, str] = field(default_factory=dict)
-    #: grants of MIG devices that no reading names
-    unresolved: int = 0
 
 
 class PodResourcesAttributor:

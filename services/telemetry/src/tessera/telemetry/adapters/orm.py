@@ -86,3 +86,109 @@ gpu_findings = Table(
         postgresql_where=text("ended_at IS NULL"),
     ),
 )
+
+# ---- usage and cost accounting (see domain/usage.py) --------------------------------------------
+
+#: jobs as admission announced them: what their usage is billed to
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("job_id", String(255), primary_key=True),
+    Column("name", String(255), nullable=False, server_default=""),
+    Column("tenant", String(63), nullable=False),
+    Column("queue", String(63), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+#: the scheduler's placements: which job each pod belongs to and the share of each GPU it was given
+pod_placements = Table(
+    "pod_placements",
+    metadata,
+    Column("pod", String(253), nullable=False),
+    Column("job_id", String(255), nullable=False),
+    Column("node", String(253), nullable=False),
+    Column("gpus", JSONB, nullable=False),  # [{"uuid": ..., "milli": ...}]
+    Column("placed_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+    PrimaryKeyConstraint("pod", name="pk_pod_placements"),
+    Index("ix_pod_placements_job_id", "job_id"),
+)
+
+_USAGE_SUMS = (
+    ("allocated_gpu_s", Float),
+    ("used_gpu_s", Float),
+    ("memory_mib_s", Float),
+    ("idle_gpu_s", Float),
+    ("cost", Float),
+    ("samples", BigInteger),
+)
+
+#: one container's use of one GPU over one hour (replaced, never incremented: see domain/usage.py)
+usage_hourly = Table(
+    "usage_hourly",
+    metadata,
+    Column("window_start", DateTime(timezone=True), nullable=False),
+    Column("node", String(253), nullable=False),
+    Column("gpu_uuid", String(64), nullable=False),
+    Column("namespace", String(253), nullable=False),
+    Column("pod", String(253), nullable=False),
+    Column("container", String(253), nullable=False),
+    Column("job_id", String(255), nullable=False),
+    Column("queue", String(63), nullable=False),
+    Column("tenant", String(63), nullable=False),
+    Column("flavor", String(63), nullable=False),
+    Column("capacity_type", String(16), nullable=False),
+    Column("split", String(16), nullable=False),
+    *(Column(name, kind, nullable=False) for name, kind in _USAGE_SUMS),
+    Column("first_at", DateTime(timezone=True), nullable=True),
+    Column("last_at", DateTime(timezone=True), nullable=True),
+    PrimaryKeyConstraint(
+        "window_start", "node", "gpu_uuid", "namespace", "pod", "container", name="pk_usage_hourly"
+    ),
+    Index("ix_usage_hourly_tenant_window", "tenant", "window_start"),
+    Index("ix_usage_hourly_window_start", "window_start"),
+)
+
+#: the hourly rows summed per day, job and flavor (rebuilt from the hours, so idempotent)
+usage_daily = Table(
+    "usage_daily",
+    metadata,
+    Column("day", DateTime(timezone=True), nullable=False),
+    Column("job_id", String(255), nullable=False),
+    Column("queue", String(63), nullable=False),
+    Column("tenant", String(63), nullable=False),
+    Column("flavor", String(63), nullable=False),
+    Column("capacity_type", String(16), nullable=False),
+    *(Column(name, kind, nullable=False) for name, kind in _USAGE_SUMS),
+    PrimaryKeyConstraint(
+        "day", "job_id", "queue", "tenant", "flavor", "capacity_type", name="pk_usage_daily"
+    ),
+    Index("ix_usage_daily_tenant_day", "tenant", "day"),
+)
+
+#: rightsizing recommendations: one open per container, GPU and kind
+rightsizing_findings = Table(
+    "rightsizing_findings",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("gpu_uuid", String(64), nullable=False),
+    Column("namespace", String(253), nullable=False),
+    Column("pod", String(253), nullable=False),
+    Column("container", String(253), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("job_id", String(255), nullable=False),
+    Column("tenant", String(63), nullable=False),
+    Column("since", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+    Column("detail", JSONB, nullable=False),
+    Index(
+        "ux_rightsizing_findings_open",
+        "gpu_uuid",
+        "namespace",
+        "pod",
+        "container",
+        "kind",
+        unique=True,
+        postgresql_where=text("ended_at IS NULL"),
+    ),
+)

@@ -100,7 +100,7 @@ def holders_from_grants(
     placed_milli: Callable[[str, str], int | None] | None = None,
 ) -> tuple[dict[str, list[Holder]], list[DeviceGrant]]:
     """GPU uuid -> its holders, and the GPU grants whose GPU is not known (a MIG device no reading
-    names). `placed_milli(pod_key, gpu_uuid)` gives the share the scheduler placed, when it did."""
+    names). `placed_milli(pod_name, gpu_uuid)` gives the share the scheduler placed, when it did."""
     by_gpu: dict[str, list[Holder]] = {}
     unresolved: list[DeviceGrant] = []
     parents = mig_parents or {}
@@ -108,7 +108,7 @@ def holders_from_grants(
         if g.resource == GPU_RESOURCE:
             uuid = _parent(g.device_id)
             replica = uuid != g.device_id
-            milli = placed_milli(f"{g.namespace}/{g.pod}", uuid) if placed_milli else None
+            milli = placed_milli(g.pod, uuid) if placed_milli else None
             if milli is None and not replica:
                 milli = MILLI_PER_GPU
             by_gpu.setdefault(uuid, []).append(

@@ -12,9 +12,16 @@ from tessera.core.messaging.envelope import encode
 from tessera.core.runner import ServiceContext
 from tessera.core.waits import wait_any
 from tessera.telemetry.domain.model import Reading, SourceUnavailable, with_health
+from tessera.telemetry.entrypoints.metrics import usage_metrics
 from tessera.telemetry.service_layer.dependencies import Telemetry
 from tessera.telemetry.service_layer.handlers import sync_inventory
 from tessera.telemetry.service_layer.monitoring import record_observation, restore_findings
+from tessera.telemetry.service_layer.usage import (
+    NodeInfo,
+    record_recommendations,
+    record_usage,
+    restore_usage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +34,17 @@ async def announce_inventory(t: Telemetry) -> None:
         t.inventory_due.clear()
         try:
             nodes = with_health(await t.source.inventory(), t.monitor.health.unhealthy())
+            if t.ledger is not None:
+                t.ledger.set_nodes(
+                    {
+                        n.name: NodeInfo(
+                            n.gpus[0].model if n.gpus else "",
+                            n.labels,
+                            {g.uuid: g.memory_mib for g in n.gpus},
+                        )
+                        for n in nodes
+                    }
+                )
             async with t.uow() as uow:
                 if await sync_inventory(uow, t.source.name, nodes, republish, datetime.now(UTC)):
                     log.info("inventory announced", extra={"source": t.source.name})
@@ -43,8 +61,12 @@ async def sample(t: Telemetry) -> None:
     try:
         await _sample_until_stopped(ctx, t)
     finally:
+        await _flush_usage(t, datetime.now(UTC), final=True)
         with contextlib.suppress(Exception):
             await t.source.close()
+        if t.attributor is not None:
+            with contextlib.suppress(Exception):
+                await t.attributor.close()
 
 
 async def _sample_until_stopped(ctx: ServiceContext, t: Telemetry) -> None:
@@ -61,6 +83,7 @@ async def _sample_until_stopped(ctx: ServiceContext, t: Telemetry) -> None:
         if readings:
             await _publish_samples(ctx, readings, now)
             await _observe(t, readings, now)
+            await _account(t, readings, now)
         await wait_any(ctx.stop, timeout=t.sample_interval_s)
 
 
@@ -69,7 +92,10 @@ async def _restore(t: Telemetry) -> None:
         try:
             async with t.uow() as uow:
                 count = await restore_findings(uow, t.monitor)
-            log.info("open findings restored", extra={"findings": count})
+                rows = 0
+                if t.ledger is not None:
+                    rows = await restore_usage(uow, t.ledger, datetime.now(UTC), None)
+            log.info("open findings restored", extra={"findings": count, "usage_rows": rows})
             break
         except Exception:
             log.exception("restoring open findings failed; retrying")
@@ -127,3 +153,62 @@ async def _observe(t: Telemetry, readings: list[Reading], now: datetime) -> None
         )
     if observation.health_changed:
         t.inventory_due.set()
+
+
+_last_flush: dict[int, datetime] = {}
+
+
+async def _account(t: Telemetry, readings: list[Reading], now: datetime) -> None:
+    """Attribute the round's readings to containers and count them (usage, cost, rightsizing)."""
+    ledger, attributor = t.ledger, t.attributor
+    if ledger is None or attributor is None:
+        return
+    try:
+        attributed = await attributor.attribute(readings, ledger.directory.placed_milli)
+    except Exception:
+        log.exception("attributing the readings failed")
+        return
+    if attributed.problems != t.attribution_problems:
+        if attributed.problems:
+            log.warning(
+                "PodResources unavailable: usage of these nodes is attributed to the GPU source's own "
+                "holders (pids or pods), split equally",
+                extra={"nodes": attributed.problems},
+            )
+        else:
+            log.info("PodResources available on every node again")
+        t.attribution_problems = dict(attributed.problems)
+    for gpu in attributed.gpus:
+        ledger.count(gpu.reading, gpu.shares, now)
+    usage_metrics(t.ctx.metrics.registry).record(
+        ledger.totals.take(), t.currency, ledger.accountant.stats, len(attributed.fallback_nodes)
+    )
+    last = _last_flush.setdefault(id(t), now)
+    if (now - last).total_seconds() >= t.usage_flush_s:
+        await _flush_usage(t, now)
+
+
+async def _flush_usage(t: Telemetry, now: datetime, final: bool = False) -> None:
+    """Store the changed rows (replacing) and publish new rightsizing findings; on failure they are
+    kept and stored with the next flush."""
+    ledger = t.ledger
+    if ledger is None:
+        return
+    _last_flush[id(t)] = now
+    rows = ledger.accountant.dirty()
+    recommendations = ledger.take_recommendations()
+    if not rows and not recommendations:
+        ledger.accountant.close(now)
+        return
+    try:
+        async with t.uow() as uow:
+            await record_usage(uow, rows)
+            await record_recommendations(uow, recommendations, ledger.directory)
+            await uow.commit()
+    except Exception:
+        ledger.accountant.mark_dirty(rows)
+        ledger.recommendations[:0] = recommendations
+        if not final:
+            log.exception("storing usage failed; it is kept for the next flush")
+        return
+    ledger.accountant.close(now)

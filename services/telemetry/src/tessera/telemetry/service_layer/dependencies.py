@@ -6,9 +6,11 @@ import asyncio
 from dataclasses import dataclass, field
 
 from tessera.core.runner import ServiceContext
+from tessera.telemetry.domain.attributed import Attributor
 from tessera.telemetry.domain.model import GpuSource
 from tessera.telemetry.domain.monitor import Monitor
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
+from tessera.telemetry.service_layer.usage import UsageLedger
 
 
 @dataclass
@@ -22,6 +24,17 @@ class Telemetry:
     #: set when GPU health changed, so the inventory is announced now rather than on its next round
     inventory_due: asyncio.Event = field(default_factory=asyncio.Event)
     restored: asyncio.Event = field(default_factory=asyncio.Event)
+    #: usage and cost accounting; None when it is off
+    ledger: UsageLedger | None = None
+    attributor: Attributor | None = None
+    usage_flush_s: float = 30.0
+    #: the nodes whose own sources stand in for PodResources, and why: a readiness condition
+    attribution_problems: dict[str, str] = field(default_factory=dict)
+    #: whose usage GET /v1/usage shows (see entrypoints/usage_api.py)
+    auth: str = "required"
+    admin_token: str | None = None
+    admission_url: str | None = None
+    currency: str = "USD"
 
     def uow(self) -> TelemetryUnitOfWork:
         uow: TelemetryUnitOfWork = self.ctx.uow()

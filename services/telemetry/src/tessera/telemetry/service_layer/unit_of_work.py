@@ -8,10 +8,16 @@ from tessera.core.db.uow import UnitOfWork
 from tessera.telemetry.adapters.repository import (
     FindingRepository,
     InventoryRepository,
+    JobDirectoryRepository,
+    RightsizingRepository,
     RollupRepository,
     SqlFindingRepository,
     SqlInventoryRepository,
+    SqlJobDirectoryRepository,
+    SqlRightsizingRepository,
     SqlRollupRepository,
+    SqlUsageRepository,
+    UsageRepository,
 )
 
 
@@ -19,8 +25,14 @@ class TelemetryUnitOfWork(UnitOfWork):
     inventory: InventoryRepository
     rollups: RollupRepository
     findings: FindingRepository
+    directory: JobDirectoryRepository
+    usage: UsageRepository
+    rightsizing: RightsizingRepository
 
     def open_repositories(self, session: AsyncSession) -> None:
         self.inventory = SqlInventoryRepository(session)
         self.rollups = SqlRollupRepository(session)
         self.findings = SqlFindingRepository(session)
+        self.directory = SqlJobDirectoryRepository(session)
+        self.usage = SqlUsageRepository(session)
+        self.rightsizing = SqlRightsizingRepository(session)

@@ -1,0 +1,37 @@
+"""A round of readings with each GPU's reading split among its holders. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tessera.telemetry.domain.attribution import Share
+from tessera.telemetry.domain.model import Reading
+
+PlacedMilli = Callable[[str, str], int | None]
+
+
+@dataclass(frozen=True)
+class AttributedGpu:
+    reading: Reading
+    shares: list[Share]
+
+
+@dataclass
+class Attributed:
+    gpus: list[AttributedGpu] = field(default_factory=list)
+    #: nodes attributed from the source's own holders, PodResources being unavailable there
+    fallback_nodes: list[str] = field(default_factory=list)
+    #: node -> why its PodResources could not be read
+    problems: dict[str, str] = field(default_factory=dict)
+    #: grants of MIG devices that no reading names
+    unresolved: int = 0
+
+
+class Attributor(Protocol):
+    def attribute(
+        self, readings: Sequence[Reading], placed_milli: PlacedMilli | None = None
+    ) -> Awaitable[Attributed]: ...
+
+    async def close(self) -> None: ...

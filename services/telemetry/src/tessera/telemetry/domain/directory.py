@@ -1,0 +1,57 @@
+"""Which job, queue and tenant a pod's GPU use is billed to. Pure.
+
+Admission announces each job with its tenant and queue (`job_accepted`, `job_admitted`); the
+scheduler's `gang_placed` names the job's pods (by name) and the share of each GPU each was given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from tessera.telemetry.domain.usage import JobRef
+
+
+@dataclass(frozen=True)
+class PlacedPod:
+    pod: str
+    job_id: str
+    node: str
+    #: GPU uuid -> milli-GPU placed
+    gpus: Mapping[str, int]
+
+
+@dataclass
+class JobDirectory:
+    jobs: dict[str, JobRef] = field(default_factory=dict)
+    pods: dict[str, PlacedPod] = field(default_factory=dict)
+
+    def add_job(self, job_id: str, tenant: str, queue: str) -> None:
+        self.jobs[job_id] = JobRef(job_id, queue, tenant)
+
+    def place(self, pods: Iterable[PlacedPod]) -> None:
+        for p in pods:
+            self.pods[p.pod] = p
+
+    def end(self, pod_names: Iterable[str]) -> None:
+        for name in pod_names:
+            self.pods.pop(name, None)
+
+    def job_of(self, pod: str) -> JobRef | None:
+        placed = self.pods.get(pod)
+        if placed is None:
+            return None
+        return self.jobs.get(placed.job_id) or JobRef(placed.job_id, "unknown", "unknown")
+
+    def refs(self) -> dict[str, JobRef]:
+        """pod name -> what it is billed to, for every placed pod."""
+        out = {}
+        for name in self.pods:
+            ref = self.job_of(name)
+            if ref is not None:
+                out[name] = ref
+        return out
+
+    def placed_milli(self, pod: str, gpu_uuid: str) -> int | None:
+        placed = self.pods.get(pod)
+        return None if placed is None else placed.gpus.get(gpu_uuid)

@@ -1,0 +1,460 @@
+"""Usage and cost accounting: who held which GPU, how much of it they used, what it cost. Pure.
+
+Each attributed share of a reading covers the time since the previous reading of the same GPU and
+container (the first one covers one sampling interval; a gap is capped at `max_gap_s`, so a
+telemetry outage is not billed as use). It is added to the row of its hour (`UsageKey`):
+
+* **allocated GPU-hours**: the share of the GPU the container held times time;
+* **used GPU-hours**: its part of the GPU's utilisation times time;
+* **memory GiB-hours**: its GPU memory times time;
+* **idle GPU-hours**: allocated time in a run where its use stayed below `idle_below_pct` of what
+  it held for longer than `idle_window_s` (the whole run counts once it is that long);
+* **cost**: allocated GPU-hours times the flavor's price per GPU-hour (spot or on-demand).
+
+Rows are replaced, never incremented, when stored; each row keeps the time of the last reading it
+counted, and a reading at or before it is a duplicate. So replaying a window counts nothing twice.
+A reading from a window already closed is late and is refused (counted). A node clock that is more
+than `max_skew_s` off the accountant's clock is clamped to it (counted, and the worst skew per node
+reported). Readings of pods that no placement names go to job `unknown`, counted, never dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+
+from tessera.telemetry.domain.attribution import UNKNOWN, Share
+
+HOUR_S = 3600
+
+
+class CapacityType(StrEnum):
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+
+
+#: node labels that say a node is spot capacity, with the value that means spot
+SPOT_LABELS: dict[str, tuple[str, ...]] = {
+    "karpenter.sh/capacity-type": ("spot",),
+    "eks.amazonaws.com/capacityType": ("SPOT",),
+    "cloud.google.com/gke-spot": ("true",),
+    "cloud.google.com/gke-preemptible": ("true",),
+    "kubernetes.azure.com/scalesetpriority": ("spot",),
+    "node.kubernetes.io/capacity-type": ("spot",),
+}
+
+
+def capacity_type_of(labels: Mapping[str, str]) -> CapacityType | None:
+    """Spot or on-demand as the node's labels say (Karpenter, EKS, GKE, AKS), None when they do not."""
+    for label, spot_values in SPOT_LABELS.items():
+        value = labels.get(label)
+        if value is not None:
+            return CapacityType.SPOT if value in spot_values else CapacityType.ON_DEMAND
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Flavor:
+    """A kind of GPU capacity and its price per GPU-hour, on-demand and spot."""
+
+    name: str
+    gpu_model: str | None = None
+    capacity_type: CapacityType | None = None
+    on_demand_per_gpu_hour: float = 0.0
+    spot_per_gpu_hour: float | None = None
+
+    def price(self, capacity: CapacityType) -> float:
+        if capacity is CapacityType.SPOT and self.spot_per_gpu_hour is not None:
+            return self.spot_per_gpu_hour
+        return self.on_demand_per_gpu_hour
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """The flavor a node's GPUs belong to and what one GPU-hour of it costs."""
+
+    flavor: str
+    capacity_type: CapacityType
+    per_gpu_hour: float
+
+
+@dataclass(frozen=True)
+class PriceBook:
+    flavors: tuple[Flavor, ...] = ()
+    currency: str = "USD"
+
+    def pricing(self, gpu_model: str, labels: Mapping[str, str] | None = None) -> Pricing:
+        """The flavor of a node's GPUs: the first flavor of its model and capacity type (on-demand
+        when its labels do not say), else of its model, else a flavor named after the model at no price."""
+        labels = labels or {}
+        capacity = capacity_type_of(labels)
+        model = gpu_model.lower()
+        candidates = [f for f in self.flavors if (f.gpu_model or f.name).lower() == model]
+        wanted = (capacity, None) if capacity is not None else (None, CapacityType.ON_DEMAND)
+        chosen = next((f for f in candidates if f.capacity_type in wanted), None)
+        if chosen is None and candidates:
+            chosen = candidates[0]
+        if chosen is None:
+            return Pricing(gpu_model or UNKNOWN, capacity or CapacityType.ON_DEMAND, 0.0)
+        effective = capacity or chosen.capacity_type or CapacityType.ON_DEMAND
+        return Pricing(chosen.name, effective, chosen.price(effective))
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """What a pod's readings are billed to."""
+
+    job_id: str
+    queue: str
+    tenant: str
+
+
+UNKNOWN_JOB = JobRef(UNKNOWN, UNKNOWN, UNKNOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageKey:
+    window_start: datetime
+    node: str
+    gpu_uuid: str
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(slots=True)
+class UsageRow:
+    """One container's use of one GPU over one hour, with what it is billed to."""
+
+    key: UsageKey
+    job_id: str
+    queue: str
+    tenant: str
+    flavor: str
+    capacity_type: str
+    split: str
+    allocated_gpu_s: float = 0.0
+    used_gpu_s: float = 0.0
+    memory_mib_s: float = 0.0
+    idle_gpu_s: float = 0.0
+    cost: float = 0.0
+    samples: int = 0
+    first_at: datetime | None = None
+    last_at: datetime | None = None
+
+    @property
+    def allocated_gpu_hours(self) -> float:
+        return self.allocated_gpu_s / HOUR_S
+
+    @property
+    def used_gpu_hours(self) -> float:
+        return self.used_gpu_s / HOUR_S
+
+    @property
+    def idle_gpu_hours(self) -> float:
+        return self.idle_gpu_s / HOUR_S
+
+
+@dataclass(frozen=True)
+class AccountingPolicy:
+    interval_s: float = 10.0
+    #: a gap between readings longer than this counts as this much (telemetry was down)
+    max_gap_s: float = 30.0
+    idle_below_pct: float = 5.0
+    idle_window_s: float = 600.0
+    #: a reading this far from the accountant's clock is clamped to it
+    max_skew_s: float = 30.0
+    #: an hour closes (is written for the last time) this long after it ended
+    close_after_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0 or self.max_gap_s < self.interval_s:
+            raise ValueError("interval_s must be positive and max_gap_s at least interval_s")
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """What one reading added, for metrics: GPU-seconds allocated, used, idle, and its cost."""
+
+    tenant: str
+    queue: str
+    flavor: str
+    allocated_gpu_s: float
+    used_gpu_s: float
+    idle_gpu_s: float
+    cost: float
+
+
+@dataclass
+class _Run:
+    """The idle run of one container on one GPU: since when, and the idle seconds not yet credited
+    (by hour) while the run is shorter than the window."""
+
+    since: datetime | None = None
+    pending: dict[datetime, float] = field(default_factory=dict)
+    flagged: bool = False
+
+
+@dataclass
+class AccountingStats:
+    samples: int = 0
+    shares: int = 0
+    duplicates: int = 0
+    late: int = 0
+    unknown_pod_shares: int = 0
+    clamped: int = 0
+    #: node -> the largest clock skew seen (seconds, reading minus accountant clock)
+    worst_skew_s: dict[str, float] = field(default_factory=dict)
+
+
+def hour_of(at: datetime) -> datetime:
+    epoch = at.timestamp()
+    return datetime.fromtimestamp(epoch - epoch % HOUR_S, UTC)
+
+
+class Accountant:
+    """Accumulates attributed readings into hourly rows; `dirty()` hands out what changed."""
+
+    def __init__(self, policy: AccountingPolicy | None = None) -> None:
+        self.policy = policy or AccountingPolicy()
+        self.rows: dict[UsageKey, UsageRow] = {}
+        self.stats = AccountingStats()
+        #: no reading before this is counted any more: its hours are closed
+        self.closed_before: datetime | None = None
+        self._last: dict[tuple[str, str, str, str], datetime] = {}
+        self._runs: dict[tuple[str, str, str, str], _Run] = {}
+        self._dirty: set[UsageKey] = set()
+        self._hour_cache: tuple[float, float, datetime] = (0.0, 0.0, datetime.fromtimestamp(0, UTC))
+
+    # ---- restoring -----------------------------------------------------------------------------
+
+    def restore(self, rows: Iterable[UsageRow], closed_before: datetime | None) -> None:
+        """Continue from stored rows of the open hours (after a restart): their totals and the last
+        reading each counted; readings before `closed_before` are late."""
+        for row in rows:
+            self.rows[row.key] = row
+            k = row.key
+            run_key = (k.gpu_uuid, k.namespace, k.pod, k.container)
+            if row.last_at is not None and (run_key not in self._last or self._last[run_key] < row.last_at):
+                self._last[run_key] = row.last_at
+        self.closed_before = closed_before
+
+    # ---- counting ------------------------------------------------------------------------------
+
+    def clamp(self, node: str, at: datetime, now: datetime) -> datetime:
+        skew = (at - now).total_seconds()
+        if abs(skew) > abs(self.stats.worst_skew_s.get(node, 0.0)):
+            self.stats.worst_skew_s[node] = skew
+        if abs(skew) > self.policy.max_skew_s:
+            self.stats.clamped += 1
+            return now
+        return at
+
+    def _hour(self, at: datetime) -> datetime:
+        ts = at.timestamp()
+        lo, hi, start = self._hour_cache
+        if lo <= ts < hi:
+            return start
+        start = hour_of(at)
+        base = start.timestamp()
+        self._hour_cache = (base, base + HOUR_S, start)
+        return start
+
+    def add(
+        self,
+        node: str,
+        gpu_uuid: str,
+        at: datetime,
+        shares: Iterable[Share],
+        jobs: Mapping[str, JobRef],
+        pricing: Pricing,
+        now: datetime | None = None,
+    ) -> list[Delta]:
+        """Count one GPU reading's shares; `jobs` maps pod names to what they are billed to."""
+        policy = self.policy
+        if now is not None:
+            at = self.clamp(node, at, now)
+        self.stats.samples += 1
+        if self.closed_before is not None and at < self.closed_before:
+            self.stats.late += 1
+            return []
+        hour = self._hour(at)
+        deltas: list[Delta] = []
+        for s in shares:
+            run_key = (gpu_uuid, s.namespace, s.pod, s.container)
+            last = self._last.get(run_key)
+            if last is not None and at <= last:
+                self.stats.duplicates += 1
+                continue
+            self._last[run_key] = at
+            dt = policy.interval_s if last is None else min((at - last).total_seconds(), policy.max_gap_s)
+            key = UsageKey(hour, node, gpu_uuid, s.namespace, s.pod, s.container)
+            row = self.rows.get(key)
+            if row is None:
+                job = jobs.get(s.pod)
+                if job is None:
+                    job = UNKNOWN_JOB
+                row = self.rows[key] = UsageRow(
+                    key,
+                    job.job_id,
+                    job.queue,
+                    job.tenant,
+                    pricing.flavor,
+                    pricing.capacity_type.value,
+                    s.split,
+                    first_at=at,
+                )
+            if row.job_id == UNKNOWN:
+                self.stats.unknown_pod_shares += 1
+            self.stats.shares += 1
+            allocated = s.allocated_gpus * dt
+            cost = allocated * pricing.per_gpu_hour / HOUR_S
+            row.allocated_gpu_s += allocated
+            row.used_gpu_s += s.used_gpus * dt
+            row.memory_mib_s += s.memory_mib * dt
+            row.cost += cost
+            row.samples += 1
+            row.split = s.split
+            row.last_at = at
+            self._dirty.add(key)
+            idle = self._idle(run_key, key, s, at, hour, dt)
+            deltas.append(Delta(row.tenant, row.queue, row.flavor, allocated, s.used_gpus * dt, idle, cost))
+        return deltas
+
+    def _idle(
+        self,
+        run_key: tuple[str, str, str, str],
+        key: UsageKey,
+        s: Share,
+        at: datetime,
+        hour: datetime,
+        dt: float,
+    ) -> float:
+        """Idle GPU-seconds this reading makes count (the whole pending run when it reaches the window)."""
+        policy = self.policy
+        is_idle = s.allocated_gpus > 0 and s.used_gpus * 100.0 < policy.idle_below_pct * s.allocated_gpus
+        run = self._runs.get(run_key)
+        if not is_idle:
+            if run is not None:
+                del self._runs[run_key]
+            return 0.0
+        if run is None:
+            run = self._runs[run_key] = _Run(since=at - timedelta(seconds=dt))
+        seconds = s.allocated_gpus * dt
+        if run.flagged:
+            self.rows[key].idle_gpu_s += seconds
+            return seconds
+        run.pending[hour] = run.pending.get(hour, 0.0) + seconds
+        assert run.since is not None
+        if (at - run.since).total_seconds() < policy.idle_window_s:
+            return 0.0
+        run.flagged = True
+        credited = 0.0
+        for pending_hour, pending_s in run.pending.items():
+            target = UsageKey(pending_hour, key.node, key.gpu_uuid, key.namespace, key.pod, key.container)
+            row = self.rows.get(target) or self.rows[key]
+            row.idle_gpu_s += pending_s
+            self._dirty.add(row.key)
+            credited += pending_s
+        run.pending.clear()
+        return credited
+
+    # ---- handing out ---------------------------------------------------------------------------
+
+    def dirty(self) -> list[UsageRow]:
+        """The rows changed since the last call (to store, replacing what is stored)."""
+        rows = [self.rows[k] for k in self._dirty if k in self.rows]
+        self._dirty.clear()
+        return rows
+
+    def mark_dirty(self, rows: Iterable[UsageRow]) -> None:
+        """Rows whose storing failed: handed out again by the next `dirty()`."""
+        self._dirty.update(r.key for r in rows if r.key in self.rows)
+
+    def close(self, now: datetime) -> list[UsageRow]:
+        """Close the hours that ended `close_after_s` ago: they are dropped from memory (after being
+        handed out by `dirty()` one last time) and later readings for them are late."""
+        boundary = self._hour(now - timedelta(seconds=self.policy.close_after_s))
+        closed = [row for key, row in self.rows.items() if key.window_start < boundary]
+        if not closed:
+            if self.closed_before is None or self.closed_before < boundary:
+                self.closed_before = boundary
+            return []
+        for row in closed:
+            del self.rows[row.key]
+        self.closed_before = boundary
+        return closed
+
+
+# ---- reading the rollups ------------------------------------------------------------------------
+
+
+class GroupBy(StrEnum):
+    TENANT = "tenant"
+    QUEUE = "queue"
+    JOB = "job"
+    FLAVOR = "flavor"
+
+
+@dataclass(frozen=True)
+class UsageTotal:
+    """Usage of one tenant, queue, job or flavor over a period."""
+
+    group: str
+    allocated_gpu_hours: float
+    used_gpu_hours: float
+    idle_gpu_hours: float
+    memory_gib_hours: float
+    cost: float
+    tenant: str = ""
+    queue: str = ""
+
+    @property
+    def utilisation_pct(self) -> float:
+        return 100.0 * self.used_gpu_hours / self.allocated_gpu_hours if self.allocated_gpu_hours else 0.0
+
+    @property
+    def waste_gpu_hours(self) -> float:
+        """Allocated but unused GPU-hours."""
+        return max(0.0, self.allocated_gpu_hours - self.used_gpu_hours)
+
+
+def group_key(row: UsageRow, by: GroupBy) -> str:
+    if by is GroupBy.TENANT:
+        return row.tenant
+    if by is GroupBy.QUEUE:
+        return row.queue
+    if by is GroupBy.FLAVOR:
+        return row.flavor
+    return row.job_id
+
+
+def totals(rows: Iterable[UsageRow], by: GroupBy) -> list[UsageTotal]:
+    """Rows summed per group, the most expensive first."""
+    sums: dict[str, list[float]] = {}
+    labels: dict[str, tuple[str, str]] = {}
+    for r in rows:
+        g = group_key(r, by)
+        acc = sums.setdefault(g, [0.0, 0.0, 0.0, 0.0, 0.0])
+        acc[0] += r.allocated_gpu_s
+        acc[1] += r.used_gpu_s
+        acc[2] += r.idle_gpu_s
+        acc[3] += r.memory_mib_s
+        acc[4] += r.cost
+        labels.setdefault(g, (r.tenant, r.queue))
+    out = [
+        UsageTotal(
+            g,
+            a / HOUR_S,
+            u / HOUR_S,
+            i / HOUR_S,
+            m / 1024 / HOUR_S,
+            c,
+            labels[g][0] if by in (GroupBy.JOB, GroupBy.QUEUE) else "",
+            labels[g][1] if by is GroupBy.JOB else "",
+        )
+        for g, (a, u, i, m, c) in sums.items()
+    ]
+    return sorted(out, key=lambda t: (-t.cost, -t.allocated_gpu_hours, t.group))

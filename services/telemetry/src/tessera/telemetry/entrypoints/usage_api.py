@@ -1,0 +1,173 @@
+"""`GET /v1/usage`: GPU-hours allocated, used and idle, memory and cost, per tenant, queue, job or
+flavor over a period, with the top wasters (jobs by idle GPU-hours).
+
+Tenant scoping. Admission issues the bearer tokens and keeps only their hashes; telemetry does not
+read admission's tables. It asks admission instead, with the caller's own token (ADR 0015):
+
+* auth `disabled` (the local stack), or the admin token itself: every tenant;
+* otherwise `GET {admission}/v1/jobs?tenant=<t>&limit=1` with the caller's token answers whether the
+  token may act for tenant `t` (200), is a tenant's token for another tenant (403) or unknown (401).
+  Without `tenant=`, a probe for a tenant name that cannot exist tells an admin token (200) from a
+  tenant's (403); a tenant's token is then scoped to the tenant of its own jobs (no jobs: no usage).
+
+Answers are cached per token hash for `CACHE_S`. Without an admission URL only the admin token reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import httpx
+from fastapi import APIRouter, HTTPException, Query, Request
+
+from tessera.telemetry.domain.usage import GroupBy, UsageTotal
+from tessera.telemetry.service_layer.dependencies import Telemetry
+
+router = APIRouter(prefix="/v1", tags=["usage"])
+CACHE_S = 60.0
+#: not a DNS label, so no tenant has this name: a probe that only the admin may read
+_PROBE_TENANT = "-probe-"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What the caller may see: every tenant (`tenant` None) or one."""
+
+    tenant: str | None
+    #: a tenant's token whose tenant is not known (it has no jobs): it sees nothing
+    nothing: bool = False
+
+
+ALL = Scope(None)
+_cache: dict[str, tuple[float, Scope | int]] = {}
+
+
+def _deps(request: Request) -> Telemetry:
+    deps: Telemetry = request.app.state.deps
+    return deps
+
+
+async def _ask_admission(deps: Telemetry, token: str, params: dict[str, Any]) -> httpx.Response:
+    assert deps.admission_url is not None
+    async with httpx.AsyncClient(base_url=deps.admission_url, timeout=5.0) as client:
+        try:
+            return await client.get("/v1/jobs", params=params, headers={"Authorization": f"Bearer {token}"})
+        except httpx.HTTPError as exc:
+            raise HTTPException(503, f"admission, which checks tokens, does not answer: {exc}") from exc
+
+
+async def _resolve(deps: Telemetry, token: str, tenant: str | None) -> Scope:
+    if deps.admin_token is not None and hmac.compare_digest(deps.admin_token, token):
+        return ALL
+    if deps.admission_url is None:
+        raise HTTPException(403, "only the admin token may read usage here (telemetry has no admission URL)")
+    key = hashlib.sha256(f"{token}\0{tenant or ''}".encode()).hexdigest()
+    cached = _cache.get(key)
+    if cached is not None and cached[0] > time.monotonic():
+        verdict = cached[1]
+    else:
+        verdict = await _check(deps, token, tenant)
+        _cache[key] = (time.monotonic() + CACHE_S, verdict)
+    if isinstance(verdict, int):
+        message = {401: "unknown bearer token", 403: f"the token may not read tenant {tenant!r}"}
+        raise HTTPException(verdict, message.get(verdict, "the token was refused"))
+    return verdict
+
+
+async def _check(deps: Telemetry, token: str, tenant: str | None) -> Scope | int:
+    if tenant is not None:
+        answer = await _ask_admission(deps, token, {"tenant": tenant, "limit": 1})
+        return Scope(tenant) if answer.status_code == 200 else answer.status_code
+    probe = await _ask_admission(deps, token, {"tenant": _PROBE_TENANT, "limit": 1})
+    if probe.status_code == 200:
+        return ALL
+    if probe.status_code != 403:
+        return probe.status_code
+    own = await _ask_admission(deps, token, {"limit": 1})
+    if own.status_code != 200:
+        return own.status_code
+    jobs = own.json()
+    if not jobs:
+        return Scope(None, nothing=True)
+    return Scope(str(jobs[0]["tenant"]))
+
+
+async def caller_scope(request: Request, tenant: str | None) -> Scope:
+    deps = _deps(request)
+    if deps.auth == "disabled":
+        return Scope(tenant)
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise HTTPException(401, "send `Authorization: Bearer <token>` (a token admission issued)")
+    scope = await _resolve(deps, token, tenant)
+    if scope.tenant is None and tenant is not None and not scope.nothing:
+        return Scope(tenant)  # the admin narrows to one tenant
+    return scope
+
+
+def _out(t: UsageTotal) -> dict[str, Any]:
+    return {
+        "group": t.group,
+        "tenant": t.tenant,
+        "queue": t.queue,
+        "allocated_gpu_hours": round(t.allocated_gpu_hours, 4),
+        "used_gpu_hours": round(t.used_gpu_hours, 4),
+        "idle_gpu_hours": round(t.idle_gpu_hours, 4),
+        "memory_gib_hours": round(t.memory_gib_hours, 4),
+        "cost": round(t.cost, 4),
+        "utilisation_pct": round(t.utilisation_pct, 2),
+    }
+
+
+def _time(value: str | None, default: datetime, field: str) -> datetime:
+    if value is None:
+        return default
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise HTTPException(422, f"{field}: not an ISO 8601 time: {value!r}") from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+@router.get("/usage")
+async def get_usage(
+    request: Request,
+    by: GroupBy = GroupBy.TENANT,
+    start: Annotated[
+        str | None, Query(alias="from", description="ISO 8601; default: `to` minus 24 h")
+    ] = None,
+    end: Annotated[str | None, Query(alias="to", description="ISO 8601; default: now")] = None,
+    tenant: Annotated[str | None, Query(description="only this tenant")] = None,
+    top: Annotated[int, Query(ge=0, le=100, description="top wasters to list")] = 5,
+) -> dict[str, Any]:
+    """GPU-hours allocated, used and idle, GPU memory and cost per tenant, queue, job or flavor."""
+    scope = await caller_scope(request, tenant)
+    to = _time(end, datetime.now(UTC), "to")
+    since = _time(start, to - timedelta(hours=24), "from")
+    if since >= to:
+        raise HTTPException(422, "from: must be before to")
+    deps = _deps(request)
+    rows: list[UsageTotal] = []
+    wasters: list[UsageTotal] = []
+    if not scope.nothing:
+        async with deps.uow() as uow:
+            rows = await uow.usage.totals(by, since, to, scope.tenant)
+            jobs = rows if by is GroupBy.JOB else await uow.usage.totals(GroupBy.JOB, since, to, scope.tenant)
+        wasters = sorted(
+            (j for j in jobs if j.idle_gpu_hours > 0 or j.waste_gpu_hours > 0),
+            key=lambda j: (-j.idle_gpu_hours, -j.waste_gpu_hours, j.group),
+        )[:top]
+    return {
+        "by": by.value,
+        "from": since.isoformat(),
+        "to": to.isoformat(),
+        "tenant": scope.tenant,
+        "currency": deps.currency,
+        "rows": [_out(r) for r in rows],
+        "top_wasters": [_out(w) for w in wasters],
+    }

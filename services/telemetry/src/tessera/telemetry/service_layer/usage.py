@@ -1,0 +1,257 @@
+"""Usage and cost accounting in the service: the job directory from admission's and the scheduler's
+events, each round's readings attributed and counted, rows stored, rightsizing findings published.
+
+The handlers keep the directory in Postgres (`jobs`, `pod_placements`) and in memory (the ledger's
+`directory`), so the sampler joins pods to jobs without a query per round. Rows are stored every
+`flush_interval_s` by replacing the stored row (idempotent, see `domain.usage`), and the daily rows
+of the days they touch are rebuilt from the hours.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from tessera.contracts.events import (
+    GangFinished,
+    GangPlaced,
+    JobAccepted,
+    JobAdmitted,
+    PodsEvicted,
+    RightsizingRecommended,
+)
+from tessera.core.messaging.consumer import Handler, PermanentError
+from tessera.core.messaging.envelope import Envelope
+from tessera.telemetry.domain.attribution import Share
+from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
+from tessera.telemetry.domain.model import Reading
+from tessera.telemetry.domain.rightsizing import Recommendation, RightsizingTracker
+from tessera.telemetry.domain.usage import (
+    UNKNOWN_JOB,
+    Accountant,
+    Delta,
+    PriceBook,
+    Pricing,
+    UsageRow,
+    hour_of,
+)
+from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class UsageTotals:
+    """GPU-seconds and cost per (tenant, queue, flavor) since the last `take()`: for the metrics."""
+
+    sums: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
+
+    def add(self, deltas: Sequence[Delta]) -> None:
+        for d in deltas:
+            acc = self.sums.get((d.tenant, d.queue, d.flavor))
+            if acc is None:
+                acc = self.sums[(d.tenant, d.queue, d.flavor)] = [0.0, 0.0, 0.0, 0.0]
+            acc[0] += d.allocated_gpu_s
+            acc[1] += d.used_gpu_s
+            acc[2] += d.idle_gpu_s
+            acc[3] += d.cost
+
+    def take(self) -> dict[tuple[str, str, str], list[float]]:
+        out, self.sums = self.sums, {}
+        return out
+
+
+@dataclass
+class NodeInfo:
+    gpu_model: str
+    labels: Mapping[str, str]
+    gpu_memory_mib: dict[str, int]
+
+
+@dataclass
+class UsageLedger:
+    """What the sampler feeds each round: attribution's shares in, rows and recommendations out."""
+
+    accountant: Accountant
+    prices: PriceBook
+    rightsizing: RightsizingTracker
+    directory: JobDirectory = field(default_factory=JobDirectory)
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    totals: UsageTotals = field(default_factory=UsageTotals)
+    recommendations: list[Recommendation] = field(default_factory=list)
+    _pricing: dict[str, Pricing] = field(default_factory=dict)
+
+    def set_nodes(self, nodes: Mapping[str, NodeInfo]) -> None:
+        self.nodes = dict(nodes)
+        self._pricing.clear()
+
+    def pricing(self, node: str, model: str) -> Pricing:
+        found = self._pricing.get(node)
+        if found is None:
+            info = self.nodes.get(node)
+            found = self._pricing[node] = self.prices.pricing(
+                model or (info.gpu_model if info else ""), info.labels if info else {}
+            )
+        return found
+
+    def count(self, reading: Reading, shares: Sequence[Share], now: datetime | None) -> None:
+        jobs = self.directory.refs()
+        pricing = self.pricing(reading.node, reading.model)
+        deltas = self.accountant.add(reading.node, reading.gpu_uuid, reading.at, shares, jobs, pricing, now)
+        self.totals.add(deltas)
+        info = self.nodes.get(reading.node)
+        memory_total = reading.memory_total_mib or (
+            info.gpu_memory_mib.get(reading.gpu_uuid, 0) if info else 0
+        )
+        model = reading.model or (info.gpu_model if info else "")
+        for s in shares:
+            if s.allocated_gpus <= 0:
+                continue
+            self.recommendations.extend(
+                self.rightsizing.observe(
+                    reading.node,
+                    reading.gpu_uuid,
+                    model,
+                    memory_total,
+                    s.namespace,
+                    s.pod,
+                    s.container,
+                    reading.at,
+                    s.allocated_gpus,
+                    s.used_gpus,
+                    s.memory_mib,
+                )
+            )
+
+    def take_recommendations(self) -> list[Recommendation]:
+        out, self.recommendations = self.recommendations, []
+        return out
+
+
+def days_of(rows: Sequence[UsageRow]) -> list[datetime]:
+    return sorted({hour_of(r.key.window_start).replace(hour=0) for r in rows})
+
+
+async def record_usage(uow: TelemetryUnitOfWork, rows: Sequence[UsageRow]) -> None:
+    """Store rows (replacing) and rebuild the days they belong to."""
+    if not rows:
+        return
+    await uow.usage.save(rows)
+    await uow.usage.rollup_days(days_of(rows))
+
+
+def recommendation_event(r: Recommendation, directory: JobDirectory) -> RightsizingRecommended:
+    job = directory.job_of(r.pod) or UNKNOWN_JOB
+    return RightsizingRecommended(
+        kind=r.kind.value,
+        namespace=r.namespace,
+        pod=r.pod,
+        container=r.container,
+        job_id=job.job_id,
+        tenant=job.tenant,
+        queue=job.queue,
+        node=r.node,
+        gpu_uuid=r.gpu_uuid,
+        gpu_model=r.gpu_model,
+        window_start=r.window_start,
+        window_end=r.window_end,
+        samples=r.samples,
+        allocated_milli=min(1000, r.allocated_milli),
+        p95_utilization_pct=min(100.0, r.p95_utilization_pct),
+        p95_memory_mib=r.p95_memory_mib,
+        recommended_milli=r.recommended_milli,
+        recommended_mig_profile=r.recommended_mig_profile,
+        saving_gpu_hours_per_day=round(r.saving_gpu_hours_per_day, 3),
+    )
+
+
+async def record_recommendations(
+    uow: TelemetryUnitOfWork, recommendations: Sequence[Recommendation], directory: JobDirectory
+) -> list[RightsizingRecommended]:
+    """Store each recommendation as an open finding and publish it, unless one is open already."""
+    published = []
+    for r in recommendations:
+        event = recommendation_event(r, directory)
+        if await uow.rightsizing.open(event.job_id, event.tenant, r, event.model_dump(mode="json")):
+            await uow.publish(event)
+            published.append(event)
+    return published
+
+
+async def restore_usage(
+    uow: TelemetryUnitOfWork, ledger: UsageLedger, now: datetime, nodes: Sequence[str] | None
+) -> int:
+    """After a restart: the directory, the open hours' rows and the open rightsizing findings."""
+    ledger.directory = await uow.directory.load()
+    boundary = hour_of(now - timedelta(seconds=ledger.accountant.policy.close_after_s))
+    rows = await uow.usage.rows_since(boundary, nodes)
+    ledger.accountant.restore(rows, boundary)
+    for gpu_uuid, namespace, pod, container, kind in await uow.rightsizing.open_findings():
+        from tessera.telemetry.domain.rightsizing import FindingKind
+
+        ledger.rightsizing.seed_reported(gpu_uuid, namespace, pod, container, FindingKind(kind))
+    return len(rows)
+
+
+# ---- consumers of admission's and the scheduler's events ------------------------------------------
+
+
+def _parse(envelope: Envelope, *kinds: type) -> object:
+    message = envelope.parse()
+    if not isinstance(message, kinds):
+        raise PermanentError(f"unexpected {envelope.type}")
+    return message
+
+
+def on_job_announced(ledger: UsageLedger) -> Handler[TelemetryUnitOfWork]:
+    """`job_accepted` and `job_admitted`: the job's tenant and queue."""
+
+    async def handle_job_announced(envelope: Envelope, uow: TelemetryUnitOfWork) -> None:
+        event = _parse(envelope, JobAccepted, JobAdmitted)
+        if isinstance(event, JobAccepted):
+            job_id, name, tenant, queue = event.job_id, event.name, event.tenant, event.queue
+        else:
+            assert isinstance(event, JobAdmitted)
+            spec = event.spec
+            job_id, name, tenant, queue = event.job_id, spec.name, spec.tenant, spec.queue
+        await uow.directory.upsert_job(job_id, name, tenant, queue, envelope.time or datetime.now(UTC))
+        ledger.directory.add_job(job_id, tenant, queue)
+
+    return handle_job_announced
+
+
+def on_gang_placed(ledger: UsageLedger) -> Handler[TelemetryUnitOfWork]:
+    async def handle_gang_placed(envelope: Envelope, uow: TelemetryUnitOfWork) -> None:
+        event = _parse(envelope, GangPlaced)
+        assert isinstance(event, GangPlaced)
+        pods = [
+            PlacedPod(p.pod, event.job_id, p.node, {g.uuid: g.milli for g in p.gpus})
+            for p in event.placements
+        ]
+        await uow.directory.place(pods, envelope.time or datetime.now(UTC))
+        ledger.directory.place(pods)
+
+    return handle_gang_placed
+
+
+def on_pods_released(ledger: UsageLedger) -> Handler[TelemetryUnitOfWork]:
+    """`gang_finished` and `pods_evicted`: the pods let their GPUs go; open findings about them end."""
+
+    async def handle_pods_released(envelope: Envelope, uow: TelemetryUnitOfWork) -> None:
+        event = _parse(envelope, GangFinished, PodsEvicted)
+        at = envelope.time or datetime.now(UTC)
+        if isinstance(event, GangFinished):
+            pods = list(event.pods) or [
+                name for name, p in ledger.directory.pods.items() if p.job_id == event.job_id
+            ]
+            await uow.directory.end_pods(event.job_id, list(event.pods) or None, at)
+        else:
+            assert isinstance(event, PodsEvicted)
+            pods = [p.partition("/")[2] or p for p in event.pods]
+            await uow.directory.end_pods(event.job_id, pods, at)
+        await uow.rightsizing.end_for_pods(pods, at)
+        ledger.directory.end(pods)
+
+    return handle_pods_released

@@ -21,7 +21,17 @@ def test_compose_runs_the_infrastructure_and_all_six_services() -> None:
     services = compose()["services"]
     assert {"nats", "postgres", "jaeger", "migrate", *SERVICES} <= set(services)
     assert "-js" in services["nats"]["command"]
-    assert services["jaeger"]["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
+
+
+def test_jaeger_is_version_2_and_takes_otlp_from_the_other_containers() -> None:
+    jaeger = compose()["services"]["jaeger"]
+    image, _, tag = jaeger["image"].partition(":")
+    assert image == "jaegertracing/jaeger" and tag.split(".")[0] == "2", "Jaeger 2, pinned"
+    assert len(tag.split(".")) == 3, "a pinned release, not a moving tag"
+    # the OTLP receivers listen beyond the container's loopback, so the services reach them
+    assert "--set=receivers.otlp.protocols.http.endpoint=0.0.0.0:4318" in jaeger["command"]
+    assert "--set=receivers.otlp.protocols.grpc.endpoint=0.0.0.0:4317" in jaeger["command"]
+    assert {"16686:16686", "4317:4317", "4318:4318"} <= set(jaeger["ports"])
 
 
 def test_each_service_runs_its_module_against_the_shared_nats_and_postgres() -> None:

@@ -63,6 +63,16 @@ class UnitOfWork:
         self.pending.add(message_id)
         return duplicate
 
+    async def seen_many(self, _: str, message_ids: list[str]) -> set[str]:
+        self.db.check()
+        duplicates = {m for m in message_ids if m in self.db.inbox}
+        self.pending |= set(message_ids) - duplicates
+        return duplicates
+
+    async def unsee(self, _: str, message_ids: list[str]) -> None:
+        self.db.check()
+        self.pending -= set(message_ids)
+
     async def flush_events(self) -> None:
         self.db.check()
 

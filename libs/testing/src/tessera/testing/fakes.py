@@ -12,7 +12,7 @@ class FakeCheckpointUnitOfWork(FakeUnitOfWork, CheckpointUnitOfWork):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -80,6 +80,14 @@ class FakeUnitOfWork(UnitOfWork):
             return True
         self._pending_inbox.add(key)
         return False
+
+    async def seen_many(self, consumer: str, message_ids: Sequence[str]) -> set[str]:
+        return {
+            message_id for message_id in dict.fromkeys(message_ids) if await self.seen(consumer, message_id)
+        }
+
+    async def unsee(self, consumer: str, message_ids: Sequence[str]) -> None:
+        self._pending_inbox -= {(consumer, message_id) for message_id in message_ids}
 
     async def was_seen(self, consumer: str, message_id: str) -> bool:
         return (consumer, message_id) in self.inbox or (consumer, message_id) in self._pending_inbox

@@ -7,11 +7,12 @@ same transaction before it commits (cosmicpython's `collect_new_events`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from sqlalchemy import Table, insert, select
+from sqlalchemy import String, Table, any_, bindparam, delete, func, insert, select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -140,6 +141,41 @@ class UnitOfWork:
             .returning(self._inbox.c.message_id)
         )
         return result.first() is None
+
+    async def seen_many(self, consumer: str, message_ids: Sequence[str]) -> set[str]:
+        """Record every id for `consumer` with one statement; the ids that were already recorded
+        (redeliveries). A consumer takes a batch's inbox rows this way, then `unsee`s the ids whose
+        handling it rolled back, in the same transaction."""
+        unique = list(dict.fromkeys(message_ids))
+        if not unique:
+            return set()
+        inbox = self._inbox
+        statement = (
+            pg_insert(inbox)
+            .from_select(
+                ["consumer", "message_id"],
+                select(
+                    bindparam("consumer", type_=String),
+                    func.unnest(bindparam("message_ids", type_=ARRAY(String))),
+                ),
+            )
+            .on_conflict_do_nothing()
+            .returning(inbox.c.message_id)
+        )
+        result = await self.session.execute(statement, {"consumer": consumer, "message_ids": unique})
+        return set(unique).difference(result.scalars())
+
+    async def unsee(self, consumer: str, message_ids: Sequence[str]) -> None:
+        """Remove inbox rows recorded in this transaction for messages whose handling failed."""
+        if message_ids:
+            inbox = self._inbox
+            await self.session.execute(
+                delete(inbox).where(
+                    inbox.c.consumer == consumer,
+                    inbox.c.message_id == any_(bindparam("message_ids", type_=ARRAY(String))),
+                ),
+                {"message_ids": list(message_ids)},
+            )
 
     async def was_seen(self, consumer: str, message_id: str) -> bool:
         row = await self.session.execute(

@@ -204,11 +204,26 @@ class ConsumerRunner(Generic[UowT]):
     async def _attempt(
         self, decoded: list[tuple[Msg, Envelope]]
     ) -> list[tuple[Msg, Envelope, str | BaseException]]:
+        """One transaction for the batch: the inbox rows of all its messages with one statement,
+        then each new message's handler in its own savepoint. A message whose handler fails rolls
+        back to its savepoint and its inbox row is removed again, so the commit records only what
+        took effect: a redelivery of it is handled, a redelivery of the others is a duplicate."""
         outcomes: list[tuple[Msg, Envelope, str | BaseException]] = []
         try:
             async with self.uow_factory() as uow:
+                duplicates = await uow.seen_many(self.spec.name, [envelope.id for _, envelope in decoded])
+                taken: set[str] = set()
+                failed: list[str] = []
                 for msg, envelope in decoded:
-                    outcomes.append((msg, envelope, await self._handle_one(uow, envelope)))
+                    if envelope.id in duplicates or envelope.id in taken:
+                        outcomes.append((msg, envelope, "duplicate"))
+                        continue
+                    taken.add(envelope.id)
+                    outcome = await self._handle_one(uow, envelope)
+                    if isinstance(outcome, BaseException):
+                        failed.append(envelope.id)
+                    outcomes.append((msg, envelope, outcome))
+                await uow.unsee(self.spec.name, failed)
                 await uow.commit()
         except Exception as exc:  # the commit itself failed: nothing of the batch took effect
             log.warning(
@@ -260,12 +275,9 @@ class ConsumerRunner(Generic[UowT]):
             ) as span:
                 try:
                     async with uow.session.begin_nested():
-                        if await uow.seen(self.spec.name, envelope.id):
-                            outcome = "duplicate"
-                        else:
-                            await self.spec.handler(envelope, uow)
-                            await uow.flush_events()
-                            outcome = "handled"
+                        await self.spec.handler(envelope, uow)
+                        await uow.flush_events()
+                        outcome = "handled"
                 except Exception as exc:
                     uow.forget_events()
                     span.record_exception(exc)

@@ -185,10 +185,14 @@ def split_reading(
         if used <= 0.0 and not processes:
             return []
         return [Share(UNKNOWN, UNKNOWN, "", 0.0, used, memory, SPLIT_REQUESTED)]
-    allocated = requested_fractions(holders, model)
     if len(holders) == 1:
         h = holders[0]
-        return [Share(h.namespace, h.pod, h.container, allocated[0], used, memory, SPLIT_REQUESTED)]
+        if h.mig_profile is not None:
+            alone = _mig_fraction(model, h.mig_profile)
+        else:
+            alone = h.milli / MILLI_PER_GPU if h.milli is not None else 1.0
+        return [Share(h.namespace, h.pod, h.container, alone, used, memory, SPLIT_REQUESTED)]
+    allocated = requested_fractions(holders, model)
     by_memory = _memory_by_holder(holders, processes)
     if by_memory is not None:
         total = sum(by_memory)

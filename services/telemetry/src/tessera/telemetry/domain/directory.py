@@ -25,17 +25,21 @@ class PlacedPod:
 class JobDirectory:
     jobs: dict[str, JobRef] = field(default_factory=dict)
     pods: dict[str, PlacedPod] = field(default_factory=dict)
+    _refs: dict[str, JobRef] | None = None
 
     def add_job(self, job_id: str, tenant: str, queue: str) -> None:
         self.jobs[job_id] = JobRef(job_id, queue, tenant)
+        self._refs = None
 
     def place(self, pods: Iterable[PlacedPod]) -> None:
         for p in pods:
             self.pods[p.pod] = p
+        self._refs = None
 
     def end(self, pod_names: Iterable[str]) -> None:
         for name in pod_names:
             self.pods.pop(name, None)
+        self._refs = None
 
     def job_of(self, pod: str) -> JobRef | None:
         placed = self.pods.get(pod)
@@ -44,13 +48,15 @@ class JobDirectory:
         return self.jobs.get(placed.job_id) or JobRef(placed.job_id, "unknown", "unknown")
 
     def refs(self) -> dict[str, JobRef]:
-        """pod name -> what it is billed to, for every placed pod."""
-        out = {}
-        for name in self.pods:
-            ref = self.job_of(name)
-            if ref is not None:
-                out[name] = ref
-        return out
+        """pod name -> what it is billed to, for every placed pod (kept until the directory changes)."""
+        if self._refs is None:
+            out = {}
+            for name in self.pods:
+                ref = self.job_of(name)
+                if ref is not None:
+                    out[name] = ref
+            self._refs = out
+        return self._refs
 
     def placed_milli(self, pod: str, gpu_uuid: str) -> int | None:
         placed = self.pods.get(pod)

@@ -121,6 +121,8 @@ def recommended_milli(
 @dataclass
 class _Window:
     start: datetime
+    #: when the window is evaluated
+    due: datetime
     allocated_milli: int
     whole: bool
     gpu_model: str
@@ -139,6 +141,10 @@ class RightsizingTracker:
     policy: RightsizingPolicy = field(default_factory=RightsizingPolicy)
     _windows: dict[tuple[str, str, str, str], _Window] = field(default_factory=dict)
     _reported: set[tuple[str, str, str, str, FindingKind]] = field(default_factory=set)
+
+    @property
+    def _span(self) -> timedelta:
+        return timedelta(seconds=self.policy.window_s)
 
     def observe(
         self,
@@ -162,13 +168,15 @@ class RightsizingTracker:
             if w is not None:
                 self.forget(gpu_uuid, namespace, pod, container)
             w = self._windows[key] = _Window(
-                at, milli, milli >= 1000 and not mig, gpu_model, gpu_memory_mib, node
+                at, at + self._span, milli, milli >= 1000 and not mig, gpu_model, gpu_memory_mib, node
             )
         out: list[Recommendation] = []
-        if (at - w.start).total_seconds() >= self.policy.window_s:
+        if at >= w.due:
             out = self._evaluate(key, w, at)
             underused_since = w.underused_since
-            w = self._windows[key] = _Window(at, milli, w.whole, gpu_model, gpu_memory_mib, node)
+            w = self._windows[key] = _Window(
+                at, at + self._span, milli, w.whole, gpu_model, gpu_memory_mib, node
+            )
             w.underused_since = underused_since
         u = min(100, max(0, round(used_gpus * 100)))
         w.util[u] = w.util.get(u, 0) + 1

@@ -174,19 +174,6 @@ class AccountingPolicy:
             raise ValueError("interval_s must be positive and max_gap_s at least interval_s")
 
 
-@dataclass(frozen=True, slots=True)
-class Delta:
-    """What one reading added, for metrics: GPU-seconds allocated, used, idle, and its cost."""
-
-    tenant: str
-    queue: str
-    flavor: str
-    allocated_gpu_s: float
-    used_gpu_s: float
-    idle_gpu_s: float
-    cost: float
-
-
 @dataclass
 class _Run:
     """The idle run of one container on one GPU: since when, and the idle seconds not yet credited
@@ -223,7 +210,10 @@ class Accountant:
         self.stats = AccountingStats()
         #: no reading before this is counted any more: its hours are closed
         self.closed_before: datetime | None = None
-        self._last: dict[tuple[str, str, str, str], datetime] = {}
+        #: the time (epoch seconds) of the last reading counted, per GPU and container
+        self._last: dict[tuple[str, str, str, str], float] = {}
+        self._current: dict[tuple[str, str, str, str], tuple[datetime, UsageRow]] = {}
+        self._sums: dict[tuple[str, str, str], list[float]] = {}
         self._runs: dict[tuple[str, str, str, str], _Run] = {}
         self._dirty: set[UsageKey] = set()
         self._hour_cache: tuple[float, float, datetime] = (0.0, 0.0, datetime.fromtimestamp(0, UTC))
@@ -233,12 +223,14 @@ class Accountant:
     def restore(self, rows: Iterable[UsageRow], closed_before: datetime | None) -> None:
         """Continue from stored rows of the open hours (after a restart): their totals and the last
         reading each counted; readings before `closed_before` are late."""
+        self._current.clear()
         for row in rows:
             self.rows[row.key] = row
             k = row.key
             run_key = (k.gpu_uuid, k.namespace, k.pod, k.container)
-            if row.last_at is not None and (run_key not in self._last or self._last[run_key] < row.last_at):
-                self._last[run_key] = row.last_at
+            last = row.last_at.timestamp() if row.last_at is not None else None
+            if last is not None and (run_key not in self._last or self._last[run_key] < last):
+                self._last[run_key] = last
         self.closed_before = closed_before
 
     # ---- counting ------------------------------------------------------------------------------
@@ -271,62 +263,81 @@ class Accountant:
         jobs: Mapping[str, JobRef],
         pricing: Pricing,
         now: datetime | None = None,
-    ) -> list[Delta]:
-        """Count one GPU reading's shares; `jobs` maps pod names to what they are billed to."""
+    ) -> None:
+        """Count one GPU reading's shares; `jobs` maps pod names to what they are billed to. What it
+        adds per tenant, queue and flavor is summed for `take_sums()` (the metrics)."""
         policy = self.policy
         if now is not None:
             at = self.clamp(node, at, now)
         self.stats.samples += 1
         if self.closed_before is not None and at < self.closed_before:
             self.stats.late += 1
-            return []
+            return
+        ts = at.timestamp()
         hour = self._hour(at)
-        deltas: list[Delta] = []
+        price_per_s = pricing.per_gpu_hour / HOUR_S
         for s in shares:
             run_key = (gpu_uuid, s.namespace, s.pod, s.container)
             last = self._last.get(run_key)
-            if last is not None and at <= last:
+            if last is not None and ts <= last:
                 self.stats.duplicates += 1
                 continue
-            self._last[run_key] = at
-            dt = policy.interval_s if last is None else min((at - last).total_seconds(), policy.max_gap_s)
-            key = UsageKey(hour, node, gpu_uuid, s.namespace, s.pod, s.container)
-            row = self.rows.get(key)
-            if row is None:
-                job = jobs.get(s.pod)
-                if job is None:
-                    job = UNKNOWN_JOB
-                row = self.rows[key] = UsageRow(
-                    key,
-                    job.job_id,
-                    job.queue,
-                    job.tenant,
-                    pricing.flavor,
-                    pricing.capacity_type.value,
-                    s.split,
-                    first_at=at,
-                )
+            self._last[run_key] = ts
+            dt = policy.interval_s if last is None else min(ts - last, policy.max_gap_s)
+            current = self._current.get(run_key)
+            if current is not None and current[0] == hour:
+                row = current[1]
+            else:
+                key = UsageKey(hour, node, gpu_uuid, s.namespace, s.pod, s.container)
+                found = self.rows.get(key)
+                if found is None:
+                    job = jobs.get(s.pod)
+                    if job is None:
+                        job = UNKNOWN_JOB
+                    found = self.rows[key] = UsageRow(
+                        key,
+                        job.job_id,
+                        job.queue,
+                        job.tenant,
+                        pricing.flavor,
+                        pricing.capacity_type.value,
+                        s.split,
+                        first_at=at,
+                    )
+                row = found
+                self._current[run_key] = (hour, row)
             if row.job_id == UNKNOWN:
                 self.stats.unknown_pod_shares += 1
             self.stats.shares += 1
             allocated = s.allocated_gpus * dt
-            cost = allocated * pricing.per_gpu_hour / HOUR_S
+            used = s.used_gpus * dt
+            cost = allocated * price_per_s
             row.allocated_gpu_s += allocated
-            row.used_gpu_s += s.used_gpus * dt
+            row.used_gpu_s += used
             row.memory_mib_s += s.memory_mib * dt
             row.cost += cost
             row.samples += 1
             row.split = s.split
             row.last_at = at
-            self._dirty.add(key)
-            idle = self._idle(run_key, key, s, at, hour, dt)
-            deltas.append(Delta(row.tenant, row.queue, row.flavor, allocated, s.used_gpus * dt, idle, cost))
-        return deltas
+            self._dirty.add(row.key)
+            idle = self._idle(run_key, row, s, at, hour, dt)
+            sums = self._sums.get((row.tenant, row.queue, row.flavor))
+            if sums is None:
+                sums = self._sums[(row.tenant, row.queue, row.flavor)] = [0.0, 0.0, 0.0, 0.0]
+            sums[0] += allocated
+            sums[1] += used
+            sums[2] += idle
+            sums[3] += cost
+
+    def take_sums(self) -> dict[tuple[str, str, str], list[float]]:
+        """(tenant, queue, flavor) -> [allocated GPU-s, used GPU-s, idle GPU-s, cost] since the last call."""
+        out, self._sums = self._sums, {}
+        return out
 
     def _idle(
         self,
         run_key: tuple[str, str, str, str],
-        key: UsageKey,
+        row: UsageRow,
         s: Share,
         at: datetime,
         hour: datetime,
@@ -344,7 +355,7 @@ class Accountant:
             run = self._runs[run_key] = _Run(since=at - timedelta(seconds=dt))
         seconds = s.allocated_gpus * dt
         if run.flagged:
-            self.rows[key].idle_gpu_s += seconds
+            row.idle_gpu_s += seconds
             return seconds
         run.pending[hour] = run.pending.get(hour, 0.0) + seconds
         assert run.since is not None
@@ -352,11 +363,12 @@ class Accountant:
             return 0.0
         run.flagged = True
         credited = 0.0
+        key = row.key
         for pending_hour, pending_s in run.pending.items():
             target = UsageKey(pending_hour, key.node, key.gpu_uuid, key.namespace, key.pod, key.container)
-            row = self.rows.get(target) or self.rows[key]
-            row.idle_gpu_s += pending_s
-            self._dirty.add(row.key)
+            into = self.rows.get(target) or row
+            into.idle_gpu_s += pending_s
+            self._dirty.add(into.key)
             credited += pending_s
         run.pending.clear()
         return credited
@@ -384,6 +396,7 @@ class Accountant:
             return []
         for row in closed:
             del self.rows[row.key]
+        self._current.clear()
         self.closed_before = boundary
         return closed
 

@@ -181,7 +181,7 @@ async def _account(t: Telemetry, readings: list[Reading], now: datetime) -> None
     for gpu in attributed.gpus:
         ledger.count(gpu.reading, gpu.shares, now)
     usage_metrics(t.ctx.metrics.registry).record(
-        ledger.totals.take(), t.currency, ledger.accountant.stats, len(attributed.fallback_nodes)
+        ledger.accountant.take_sums(), t.currency, ledger.accountant.stats, len(attributed.fallback_nodes)
     )
     last = _last_flush.setdefault(id(t), now)
     if (now - last).total_seconds() >= t.usage_flush_s:

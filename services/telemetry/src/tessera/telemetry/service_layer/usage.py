@@ -31,7 +31,6 @@ from tessera.telemetry.domain.rightsizing import Recommendation, RightsizingTrac
 from tessera.telemetry.domain.usage import (
     UNKNOWN_JOB,
     Accountant,
-    Delta,
     PriceBook,
     Pricing,
     UsageRow,
@@ -40,27 +39,6 @@ from tessera.telemetry.domain.usage import (
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class UsageTotals:
-    """GPU-seconds and cost per (tenant, queue, flavor) since the last `take()`: for the metrics."""
-
-    sums: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
-
-    def add(self, deltas: Sequence[Delta]) -> None:
-        for d in deltas:
-            acc = self.sums.get((d.tenant, d.queue, d.flavor))
-            if acc is None:
-                acc = self.sums[(d.tenant, d.queue, d.flavor)] = [0.0, 0.0, 0.0, 0.0]
-            acc[0] += d.allocated_gpu_s
-            acc[1] += d.used_gpu_s
-            acc[2] += d.idle_gpu_s
-            acc[3] += d.cost
-
-    def take(self) -> dict[tuple[str, str, str], list[float]]:
-        out, self.sums = self.sums, {}
-        return out
 
 
 @dataclass
@@ -79,7 +57,6 @@ class UsageLedger:
     rightsizing: RightsizingTracker
     directory: JobDirectory = field(default_factory=JobDirectory)
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
-    totals: UsageTotals = field(default_factory=UsageTotals)
     recommendations: list[Recommendation] = field(default_factory=list)
     _pricing: dict[str, Pricing] = field(default_factory=dict)
 
@@ -99,8 +76,7 @@ class UsageLedger:
     def count(self, reading: Reading, shares: Sequence[Share], now: datetime | None) -> None:
         jobs = self.directory.refs()
         pricing = self.pricing(reading.node, reading.model)
-        deltas = self.accountant.add(reading.node, reading.gpu_uuid, reading.at, shares, jobs, pricing, now)
-        self.totals.add(deltas)
+        self.accountant.add(reading.node, reading.gpu_uuid, reading.at, shares, jobs, pricing, now)
         info = self.nodes.get(reading.node)
         memory_total = reading.memory_total_mib or (
             info.gpu_memory_mib.get(reading.gpu_uuid, 0) if info else 0

@@ -237,7 +237,9 @@ class SchedulingEngine:
                 self.settings.gang.timeout_s,
             )
             groups = {m.key: m.group for m in job_pod_names(row.job_id, row.spec, self.settings.namespace)}
-            state.gangs[row.job_id] = GangInfo(row.job_id, JOB, dict(row.trace), groups)
+            state.gangs[row.job_id] = GangInfo(
+                row.job_id, JOB, dict(row.trace), groups, resume_from=row.resume_from
+            )
             state.specs[row.job_id] = row.spec
             state.assembly.scheduler.submit(spec)
             if self.cluster is not None:
@@ -307,5 +309,12 @@ class SchedulingEngine:
             spec = state.specs.get(gang)
             if spec is not None:
                 quorum = sum(group.quorum for group in spec.pod_groups)
-                await self.cluster.materializer.ensure(gang, spec, self.settings.namespace, quorum=quorum)
+                info = state.gangs.get(gang)
+                await self.cluster.materializer.ensure(
+                    gang,
+                    spec,
+                    self.settings.namespace,
+                    quorum=quorum,
+                    resume_from=info.resume_from if info else None,
+                )
             state.to_materialize.discard(gang)

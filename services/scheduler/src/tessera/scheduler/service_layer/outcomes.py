@@ -29,6 +29,7 @@ class GangInfo:
     placed: dict[str, str | None] = field(default_factory=dict)  # pod -> final phase once ended
     announced: str = ""  # the last unschedulable message published
     running_reported: bool = False  # admission was told every pod runs
+    resume_from: str | None = None  # the checkpoint its pods resume from (a job's gang)
 
 
 def placement_rows(info: GangInfo, allocations: tuple[Allocation, ...]) -> list[PlacementRow]:

@@ -148,7 +148,11 @@ async def read_pending_gangs(
         if row.source == JOB and row.spec is not None:
             members = job_pod_names(row.job_id, row.spec, settings.namespace)
             pending.gangs[row.job_id] = GangInfo(
-                row.job_id, JOB, dict(row.trace), {m.key: m.group for m in members}
+                row.job_id,
+                JOB,
+                dict(row.trace),
+                {m.key: m.group for m in members},
+                resume_from=row.resume_from,
             )
             pending.specs[row.job_id] = row.spec
             submitted = row.submitted_at.timestamp()

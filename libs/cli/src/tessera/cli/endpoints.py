@@ -22,3 +22,20 @@ def admission_url(state_dir: Path = Path(".tessera")) -> str:
         if url:
             return url.rstrip("/")
     return DEFAULT_ADMISSION_URL
+
+
+#: the port `tessera up` gives telemetry when it is free
+DEFAULT_TELEMETRY_URL = "http://127.0.0.1:18081"
+
+
+def telemetry_url(state_dir: Path = Path(".tessera")) -> str:
+    """`TESSERA_TELEMETRY_URL`, else the running stack's endpoints file, else `tessera up`'s default port."""
+    configured = os.environ.get("TESSERA_TELEMETRY_URL")
+    if configured:
+        return configured.rstrip("/")
+    endpoints = state_dir / "endpoints.json"
+    if endpoints.exists():
+        service = read_endpoints(endpoints).services.get("telemetry")
+        if service is not None:
+            return service.base_url.rstrip("/")
+    return DEFAULT_TELEMETRY_URL

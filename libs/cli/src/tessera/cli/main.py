@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from tessera.cli import devcluster, jobs, queues, tokens, up
+from tessera.cli import devcluster, jobs, queues, tokens, up, usage
 
 app = typer.Typer(
     help="Tessera: gang scheduling, GPU sharing and cheap preemption for GPU clusters on Kubernetes.",
@@ -20,6 +20,7 @@ app.add_typer(queues.app, name="queues")
 app.add_typer(tokens.app, name="tokens")
 app.add_typer(contracts_app, name="contracts")
 app.add_typer(devcluster.app, name="devcluster")
+app.add_typer(usage.app, name="usage")
 up.register(app)
 console = Console()
 

@@ -158,6 +158,10 @@ def plan_services(
             env["TESSERA_TELEMETRY_CLUSTER_FILE"] = str(cluster_file)
         if name == "telemetry" and devcluster_url is not None:
             env["TESSERA_TELEMETRY_DEVCLUSTER_URL"] = devcluster_url
+        if name == "telemetry":  # GET /v1/usage checks tenants' tokens with admission, as open as it
+            env["TESSERA_TELEMETRY_AUTH"] = os.environ.get("TESSERA_ADMISSION_AUTH", "disabled")
+            if "admission" in ports:
+                env["TESSERA_TELEMETRY_ADMISSION_URL"] = f"http://{HOST}:{ports['admission']}"
         log_file = state.log_file(name)
         specs.append(ServiceSpec(name, service_argv(name), env, log_file))
         base = f"http://{HOST}:{ports[name]}"

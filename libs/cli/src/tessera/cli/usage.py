@@ -1,0 +1,205 @@
+"""`tessera usage`: who uses which GPU, how much, what it costs and what is wasted (telemetry's
+`GET /v1/usage`), as tables, JSON, or a PNG report."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tessera.cli.endpoints import telemetry_url
+
+app = typer.Typer(
+    help="GPU-hours allocated, used and idle, and their cost, per tenant, queue, job or flavor.",
+    invoke_without_command=True,
+)
+console = Console()
+err = Console(stderr=True)
+
+_RELATIVE = re.compile(r"^-?(?P<n>\d+(\.\d+)?)(?P<unit>[smhdw])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+By = Annotated[str, typer.Option("--by", help="tenant, queue, job or flavor")]
+From = Annotated[str, typer.Option("--from", help="ISO 8601 time, or an age such as 24h, 7d")]
+To = Annotated[str | None, typer.Option("--to", help="ISO 8601 time; default: now")]
+Tenant = Annotated[str | None, typer.Option("--tenant", help="only this tenant")]
+Api = Annotated[
+    str | None,
+    typer.Option("--api", help="telemetry URL; default: TESSERA_TELEMETRY_URL or .tessera/endpoints.json"),
+]
+
+
+def parse_time(text: str, now: datetime) -> datetime:
+    """An ISO 8601 time (UTC when it has no zone), or an age before `now` such as `24h` or `-7d`."""
+    match = _RELATIVE.match(text.strip())
+    if match:
+        return now - timedelta(seconds=float(match["n"]) * _UNIT_S[match["unit"]])
+    try:
+        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: give an ISO 8601 time or an age such as 24h or 7d") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def fetch(
+    by: str, start: str, end: str | None, tenant: str | None, top: int, api: str | None
+) -> dict[str, Any]:
+    if by not in ("tenant", "queue", "job", "flavor"):
+        raise typer.BadParameter(f"{by!r}: one of tenant, queue, job, flavor", param_hint="--by")
+    now = datetime.now(UTC)
+    to = parse_time(end, now) if end else now
+    params: dict[str, Any] = {
+        "by": by,
+        "from": parse_time(start, to).isoformat(),
+        "to": to.isoformat(),
+        "top": top,
+    }
+    if tenant:
+        params["tenant"] = tenant
+    token = os.environ.get("TESSERA_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    base = api or telemetry_url()
+    try:
+        response = httpx.get(f"{base}/v1/usage", params=params, headers=headers, timeout=30)
+    except httpx.HTTPError as exc:
+        err.print(f"[red]telemetry at {base} does not answer[/]: {exc}. Is the stack up (tessera up)?")
+        raise typer.Exit(1) from exc
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        err.print(f"[red]error {response.status_code}[/]: {detail}")
+        raise typer.Exit(1)
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def _hours(value: float) -> str:
+    return f"{value:,.2f}"
+
+
+def usage_table(body: dict[str, Any], title: str, rows: list[dict[str, Any]], by: str) -> Table:
+    currency = body.get("currency", "USD")
+    table = Table(title=title, title_justify="left")
+    table.add_column(by)
+    if by == "job":
+        table.add_column("tenant")
+        table.add_column("queue")
+    for name in ("allocated GPU-h", "used GPU-h", "used %", "idle GPU-h", "memory GiB-h", f"cost {currency}"):
+        table.add_column(name, justify="right")
+    for r in rows:
+        labels = [r["group"]] + ([r["tenant"], r["queue"]] if by == "job" else [])
+        table.add_row(
+            *labels,
+            _hours(r["allocated_gpu_hours"]),
+            _hours(r["used_gpu_hours"]),
+            f"{r['utilisation_pct']:.1f}",
+            _hours(r["idle_gpu_hours"]),
+            _hours(r["memory_gib_hours"]),
+            f"{r['cost']:,.2f}",
+        )
+    return table
+
+
+def render(body: dict[str, Any]) -> None:
+    by = body["by"]
+    scope = f" (tenant {body['tenant']})" if body.get("tenant") else ""
+    period = f"{body['from'][:16]} .. {body['to'][:16]} UTC"
+    if not body["rows"]:
+        console.print(f"No GPU usage by {by}{scope} from {period}.")
+        return
+    console.print(usage_table(body, f"GPU usage by {by}{scope}, {period}", body["rows"], by))
+    rows = body["rows"]
+    allocated = sum(r["allocated_gpu_hours"] for r in rows)
+    used = sum(r["used_gpu_hours"] for r in rows)
+    idle = sum(r["idle_gpu_hours"] for r in rows)
+    cost = sum(r["cost"] for r in rows)
+    share = 100 * used / allocated if allocated else 0.0
+    console.print(
+        f"total: {_hours(allocated)} GPU-h allocated, {_hours(used)} used ({share:.1f}%), "
+        f"{_hours(idle)} idle, {cost:,.2f} {body.get('currency', 'USD')}"
+    )
+    if body.get("top_wasters"):
+        console.print(usage_table(body, "Top wasters (jobs by idle GPU-hours)", body["top_wasters"], "job"))
+
+
+@app.callback()
+def usage(
+    ctx: typer.Context,
+    by: By = "tenant",
+    start: From = "24h",
+    end: To = None,
+    tenant: Tenant = None,
+    top: Annotated[int, typer.Option("--top", help="top wasters to list")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="print telemetry's answer as JSON")] = False,
+    api: Api = None,
+) -> None:
+    """GPU-hours allocated, used and idle, memory and cost, with the top wasters. With a tenant's
+    TESSERA_TOKEN only that tenant's usage is shown."""
+    if ctx.invoked_subcommand is not None:
+        return
+    body = fetch(by, start, end, tenant, top, api)
+    if as_json:
+        console.print_json(json.dumps(body))
+        return
+    render(body)
+
+
+@app.command()
+def report(
+    png: Annotated[Path, typer.Option("--png", help="write the chart here")],
+    by: By = "tenant",
+    start: From = "24h",
+    end: To = None,
+    tenant: Tenant = None,
+    api: Api = None,
+) -> None:
+    """A PNG chart of GPU-hours used, allocated but unused, and idle per group, with the cost."""
+    body = fetch(by, start, end, tenant, 5, api)
+    write_png(body, png)
+    console.print(f"wrote {png}")
+
+
+def write_png(body: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(reversed(body["rows"][:15]))
+    names = [r["group"] for r in rows] or ["(no usage)"]
+    used = [r["used_gpu_hours"] for r in rows] or [0.0]
+    idle = [min(r["idle_gpu_hours"], r["allocated_gpu_hours"] - r["used_gpu_hours"]) for r in rows] or [0.0]
+    unused = [
+        max(0.0, r["allocated_gpu_hours"] - r["used_gpu_hours"] - i) for r, i in zip(rows, idle, strict=False)
+    ] or [0.0]
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.5 * len(names)))
+    ax.barh(names, used, color="#2a9d8f", label="used")
+    ax.barh(names, unused, left=used, color="#e9c46a", label="allocated, not used")
+    ax.barh(
+        names,
+        idle,
+        left=[u + n for u, n in zip(used, unused, strict=True)],
+        color="#e76f51",
+        label="idle (flagged)",
+    )
+    currency = body.get("currency", "USD")
+    for i, r in enumerate(rows):
+        ax.text(r["allocated_gpu_hours"], i, f"  {r['cost']:,.2f} {currency}", va="center", fontsize=9)
+    ax.set_xlabel("GPU-hours")
+    ax.set_title(f"GPU cost and waste by {body['by']}, {body['from'][:16]} .. {body['to'][:16]} UTC")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.margins(x=0.25)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,121 @@
+"""`tessera usage`: tables, JSON and the PNG report from telemetry's GET /v1/usage."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from tessera.cli import usage
+from tessera.cli.main import app
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+BODY: dict[str, Any] = {
+    "by": "tenant",
+    "from": "2026-11-22T12:00:00+00:00",
+    "to": "2026-11-23T12:00:00+00:00",
+    "tenant": None,
+    "currency": "USD",
+    "rows": [
+        {
+            "group": "team-a",
+            "tenant": "",
+            "queue": "",
+            "allocated_gpu_hours": 48.0,
+            "used_gpu_hours": 30.5,
+            "idle_gpu_hours": 6.0,
+            "memory_gib_hours": 900.0,
+            "cost": 196.8,
+            "utilisation_pct": 63.54,
+        },
+        {
+            "group": "team-b",
+            "tenant": "",
+            "queue": "",
+            "allocated_gpu_hours": 12.0,
+            "used_gpu_hours": 1.2,
+            "idle_gpu_hours": 9.5,
+            "memory_gib_hours": 40.0,
+            "cost": 49.2,
+            "utilisation_pct": 10.0,
+        },
+    ],
+    "top_wasters": [
+        {
+            "group": "job-7",
+            "tenant": "team-b",
+            "queue": "serving",
+            "allocated_gpu_hours": 12.0,
+            "used_gpu_hours": 1.2,
+            "idle_gpu_hours": 9.5,
+            "memory_gib_hours": 40.0,
+            "cost": 49.2,
+            "utilisation_pct": 10.0,
+        },
+    ],
+}
+
+
+@pytest.fixture
+def telemetry(monkeypatch: pytest.MonkeyPatch) -> list[httpx.Request]:
+    asked: list[httpx.Request] = []
+
+    def get(url: str, params: dict[str, Any], headers: dict[str, str], timeout: float) -> httpx.Response:
+        request = httpx.Request("GET", url, params=params, headers=headers)
+        asked.append(request)
+        return httpx.Response(200, json=BODY, request=request)
+
+    monkeypatch.setattr(usage.httpx, "get", get)
+    monkeypatch.setenv("TESSERA_TELEMETRY_URL", "http://telemetry:8081")
+    monkeypatch.setenv("TESSERA_TOKEN", "tsr_team-a")
+    return asked
+
+
+def test_ages_and_iso_times() -> None:
+    assert usage.parse_time("24h", NOW) == NOW - timedelta(hours=24)
+    assert usage.parse_time("-7d", NOW) == NOW - timedelta(days=7)
+    assert usage.parse_time("2026-11-01T00:00", NOW) == datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def test_the_table_shows_allocated_used_idle_and_cost_and_the_top_wasters(
+    telemetry: list[httpx.Request],
+) -> None:
+    result = CliRunner().invoke(app, ["usage", "--by", "tenant", "--from", "24h"], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    for text in (
+        "team-a",
+        "48.00",
+        "30.50",
+        "196.80",
+        "Top wasters",
+        "job-7",
+        "total: 60.00 GPU-h allocated",
+    ):
+        assert text in result.output
+    (request,) = telemetry
+    assert request.url.path == "/v1/usage" and request.url.params["by"] == "tenant"
+    assert request.headers["Authorization"] == "Bearer tsr_team-a"
+
+
+def test_json_prints_telemetrys_answer(telemetry: list[httpx.Request]) -> None:
+    result = CliRunner().invoke(app, ["usage", "--by", "job", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["rows"][0]["group"] == "team-a"
+    assert telemetry[0].url.params["by"] == "job"
+
+
+def test_report_writes_a_png(telemetry: list[httpx.Request], tmp_path: Path) -> None:
+    out = tmp_path / "usage.png"
+    result = CliRunner().invoke(app, ["usage", "report", "--png", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_unknown_grouping_is_refused() -> None:
+    result = CliRunner().invoke(app, ["usage", "--by", "colour"])
+    assert result.exit_code != 0

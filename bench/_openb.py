@@ -14,7 +14,8 @@ DEFAULT_NODES = data.trace(data.OPENB_NODES)
 DEFAULT_PODS = data.trace(data.OPENB_PODS)
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
+# `gpu_spec` is optional: some pod lists published with the FGD paper lack it (no model constraint)
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 
 
 def _rows(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:

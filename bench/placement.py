@@ -8,6 +8,9 @@ the scheduler's own placement code (tessera.scheduler.domain.placement).
 
     python -m bench.placement --seeds 42-51 --json bench/results/placement.json
 
+`--scale K` replicates the node list K times (names made unique), so the same protocol measures
+placement on a cluster K times larger: the arrival sequence fills 130% of the larger capacity.
+
 Data: Alibaba clusterdata, cluster-trace-gpu-v2023 (openb).
 """
 
@@ -95,6 +98,19 @@ def parse_variants(text: str) -> list[str]:
             f"unknown {', '.join(unknown)}; choose from all, {', '.join(VARIANTS)}"
         )
     return names
+
+
+def scale_nodes(nodes: Sequence[NodeSpec], k: int) -> list[NodeSpec]:
+    """The node list `k` times over; copy i of a node is named `<name>-x<i>` (the list itself at k=1)."""
+    if k < 1:
+        raise PlacementInputError(f"scale must be >= 1, got {k}")
+    if k == 1:
+        return list(nodes)
+    return [
+        NodeSpec(f"{n.name}-x{i}", n.cpu_milli, n.memory_mib, n.gpu_count, n.model)
+        for i in range(k)
+        for n in nodes
+    ]
 
 
 def run_workload(
@@ -263,6 +279,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"also run synthetic mixes derived from --pods: 'all' or some of {', '.join(VARIANTS)}",
     )
     parser.add_argument(
+        "--scale",
+        type=int,
+        default=1,
+        metavar="K",
+        help="replicate the node list K times, names made unique (default 1)",
+    )
+    parser.add_argument(
         "--json", type=Path, help="write the per-policy summary here (variants go to <stem>_variants.json)"
     )
     parser.add_argument(
@@ -274,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        nodes = load_nodes(args.nodes)
+        nodes = scale_nodes(load_nodes(args.nodes), args.scale)
         pods = load_pods(args.pods)
         workloads = {args.pods.name: pods}
         for variant in args.variants:
@@ -286,13 +309,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
+    cluster = {"nodes": len(nodes), "gpus": sum(n.gpu_count for n in nodes), "scale": args.scale}
+    for summary in panels.values():
+        for entry in summary.values():
+            entry["cluster"] = cluster
     for label, summary in panels.items():
         title = label if label == args.pods.name else f"{label} ({VARIANTS[label]})"
+        scaled = f" (node list x{args.scale})" if args.scale > 1 else ""
         print(
-            f"\n== {title}: {len(nodes)} nodes, seeds {args.seeds[0]}..{args.seeds[-1]} ({len(args.seeds)}) =="
+            f"\n== {title}: {cluster['nodes']} nodes{scaled}, {cluster['gpus']} GPUs, "
+            f"seeds {args.seeds[0]}..{args.seeds[-1]} ({len(args.seeds)}) =="
         )
         print(table(summary))
-    if args.pods.resolve() == DEFAULT_PODS.resolve():
+    if args.pods.resolve() == DEFAULT_PODS.resolve() and args.scale == 1:
         print()
         print("\n".join(cross_check(panels[args.pods.name])))
     plot({args.pods.name: panels[args.pods.name]}, args.plot)

@@ -4,7 +4,13 @@ Starts ``tessera up`` (the devcluster simulating the openb node list, and the sc
 directory of its own, replays a slice of the openb pod list with the devcluster's replayer (as
 ``tessera devcluster replay`` does), and watches every pod through the Kubernetes API until it is
 bound, ends, or the drain timeout passes. Reports pods bound per second and the create→bound latency
-(p50, p99), how the pods ended, and the CPU the scheduler and the devcluster used.
+(p50, p99), how the pods ended, and the CPU the scheduler and the devcluster used, in all and per pod
+replayed, side by side, so the emulated API server's own cost stays visible.
+
+Pods arrive at the trace's creation times divided by ``--speed`` (``--speed 1e6``: as fast as they can
+be created, the scheduler saturated), or with ``--rate`` at a steady rate per second in trace order,
+for latency at a known load. A pod list without ``creation_time`` (or ``gpu_spec``) replays too: in
+file order, without model constraints.
 
 Each pod is created as the trace has it (no PodGroup), or with ``--gangs`` as a gang of one (a
 PodGroup with minMember 1 and the pod-group label), the form the scheduler's native-gang path takes.
@@ -33,6 +39,7 @@ import httpx
 import psutil  # type: ignore[import-untyped]
 
 from tessera.devcluster import data
+from tessera.devcluster.replay import TraceError
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PODS = data.trace(data.OPENB_PODS)  # in the repository, or under $TESSERA_DATA_DIR
@@ -65,6 +72,7 @@ class Result:
     create_to_bound_p99_ms: float | None
     max_replay_lag_s: float
     cpu_seconds: dict[str, float]
+    cpu_seconds_per_pod: dict[str, float | None] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
 
 
@@ -218,6 +226,7 @@ def run(args: argparse.Namespace) -> Result:
         replayer = Replayer(
             http_pod_creator(http, url, gangs=args.gangs, on_created=watcher.created),
             speed=args.speed,
+            rate=args.rate,
             namespace=args.namespace,
         )
         started = time.monotonic()
@@ -276,18 +285,28 @@ def summarise(
         create_to_bound_p99_ms=round(p99, 1) if p99 is not None else None,
         max_replay_lag_s=round(report.max_lag_s, 3),
         cpu_seconds=cpu,
+        cpu_seconds_per_pod=per_pod(cpu, len(report.created)),
         settings={
             "pods": str(args.pods.name),
             "nodes": str(args.nodes.name),
             "skip": args.skip,
             "limit": args.limit,
             "speed": args.speed,
+            "rate": args.rate,
             "gangs": args.gangs,
             "services": args.services,
             "cpus": os.cpu_count(),
             "command": "python -m bench.replay " + " ".join(sys.argv[1:]),
         },
     )
+
+
+def per_pod(cpu: dict[str, float], pods: int) -> dict[str, float | None]:
+    """CPU seconds per pod replayed, by process (None where the process was restarted mid-run)."""
+    return {
+        name: (round(seconds / pods, 5) if pods and seconds == seconds else None)  # NaN: restarted
+        for name, seconds in cpu.items()
+    }
 
 
 def print_table(result: Result) -> None:
@@ -302,6 +321,10 @@ def print_table(result: Result) -> None:
         ("create -> bound p99 (ms)", f"{result.create_to_bound_p99_ms}"),
         ("max replay lag (s)", f"{result.max_replay_lag_s:.3f}"),
         *((f"CPU s: {name}", f"{seconds:.1f}") for name, seconds in sorted(result.cpu_seconds.items())),
+        *(
+            (f"CPU ms per pod: {name}", "-" if seconds is None else f"{seconds * 1000:.1f}")
+            for name, seconds in sorted(result.cpu_seconds_per_pod.items())
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     print(f"{'metric':<{width}}  value")
@@ -330,6 +353,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=5000.0,
         help="trace and devcluster seconds per wall second (default: 5000)",
     )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        metavar="PODS_PER_S",
+        help="create pods at this steady rate, in trace order, instead of at the trace's times / --speed",
+    )
     parser.add_argument("--gangs", action="store_true", help="create each pod as a gang of one (a PodGroup)")
     parser.add_argument("--services", default="scheduler", help="services to run (default: scheduler)")
     parser.add_argument("--namespace", default="default")
@@ -351,10 +381,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not path.is_file():
             print(f"{flag}: {path} is not a file (set TESSERA_DATA_DIR or pass the path)", file=sys.stderr)
             return 2
-    if args.limit < 1 or args.skip < 0 or args.speed <= 0:
-        print("--limit must be >= 1, --skip >= 0 and --speed > 0", file=sys.stderr)
+    if args.limit < 1 or args.skip < 0 or args.speed <= 0 or (args.rate is not None and args.rate <= 0):
+        print("--limit must be >= 1, --skip >= 0, --speed > 0 and --rate > 0", file=sys.stderr)
         return 2
-    result = run(args)
+    try:
+        result = run(args)
+    except TraceError as exc:
+        print(f"--pods: {exc}", file=sys.stderr)
+        return 2
     print_table(result)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

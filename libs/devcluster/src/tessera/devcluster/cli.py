@@ -120,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path(".tessera/kubeconfig"),
         help="the cluster to create pods in (default: .tessera/kubeconfig)",
     )
+    replay.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="create pods at this steady rate per wall-clock second, in trace order, instead of at "
+        "their trace times (a trace without creation_time has none)",
+    )
     replay.add_argument("--namespace", default="default", help="namespace of the pods (default: default)")
     replay.add_argument("--scheduler", default="tessera", help="schedulerName of the pods (default: tessera)")
     replay.add_argument("--skip", type=int, default=0, help="skip the first N pods of the trace")
@@ -185,7 +192,9 @@ def _replay(args: argparse.Namespace) -> int:
     def progress(pod: TracePod) -> None:
         print(f"created {pod.name} (trace t={pod.creation_time:g}s)", flush=True)
 
-    replayer = Replayer(create, speed=args.speed, namespace=args.namespace, scheduler=args.scheduler)
+    replayer = Replayer(
+        create, speed=args.speed, rate=args.rate, namespace=args.namespace, scheduler=args.scheduler
+    )
     report = replayer.run(pods, on_created=None if args.dry_run else progress)
     print(
         f"replayed {len(report.created)} pods, {len(report.failed)} rejected; max lag {report.max_lag_s:.3f}s"

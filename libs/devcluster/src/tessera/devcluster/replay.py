@@ -1,7 +1,10 @@
 """Replays the openb pod trace (Alibaba GPU cluster trace 2023) as pods for Tessera's scheduler.
 
 Each trace row becomes a pod with `schedulerName: tessera`, created at its `creation_time`
-(relative to the first row replayed) divided by the speed. GPU demand follows Tessera's
+(relative to the first row replayed) divided by the speed, or at a steady rate when one is given.
+A pod list with only `name,cpu_milli,memory_mib,num_gpu,gpu_milli` (as some published with the FGD
+paper) replays too: no `gpu_spec` means no model constraint, no `creation_time` means the file's
+order with no gaps (pace it with a rate). GPU demand follows Tessera's
 conventions: `nvidia.com/gpu` limits for whole GPUs, the `tessera.io/gpu-milli` annotation for a
 share of one GPU, `tessera.io/gpu-models` for the allowed models. The pod's run time in the trace
 (deletion minus scheduling) goes into `tessera.io/sim-duration`, which the devcluster's kubelet
@@ -27,7 +30,7 @@ from tessera.devcluster.sim.context import SIM_DURATION_ANNOTATION
 
 TRACE_LABEL = "tessera.io/trace"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.9"
-_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "creation_time")
+_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")  # gpu_spec, the times: optional
 
 
 class TraceError(ValueError):
@@ -47,7 +50,8 @@ class TracePod:
 
 
 def load_trace(path: str | Path, *, skip: int = 0, limit: int | None = None) -> list[TracePod]:
-    """Rows of an openb pod list, ordered by creation time; `skip` and `limit` pick a slice."""
+    """Rows of an openb pod list, ordered by creation time (file order without one); `skip` and
+    `limit` pick a slice."""
     source = Path(path)
     if skip < 0 or (limit is not None and limit < 1):
         raise TraceError(f"{source}: skip must be >= 0 and limit >= 1 (got skip={skip}, limit={limit})")
@@ -60,21 +64,22 @@ def load_trace(path: str | Path, *, skip: int = 0, limit: int | None = None) -> 
         missing = set(_COLUMNS) - set(reader.fieldnames or [])
         if missing:
             raise TraceError(f"{source}: missing columns {sorted(missing)} (an openb pod list?)")
-        pods = [_row(row, f"{source}: line {n}") for n, row in enumerate(reader, start=2)]
-    pods.sort(key=lambda p: p.creation_time)
+        timed = "creation_time" in (reader.fieldnames or [])
+        pods = [_row(row, f"{source}: line {n}", timed) for n, row in enumerate(reader, start=2)]
+    pods.sort(key=lambda p: p.creation_time)  # stable: untimed pods keep the file's order
     return pods[skip : skip + limit if limit is not None else None]
 
 
-def _row(row: dict[str, str], where: str) -> TracePod:
+def _row(row: dict[str, str], where: str, timed: bool = True) -> TracePod:
     def number(column: str) -> float:
         try:
             return float(row[column])
         except (TypeError, ValueError):
             raise TraceError(f"{where}: {column}={row.get(column)!r} is not a number") from None
 
-    created = number("creation_time")
+    created = number("creation_time") if timed else 0.0
     duration = None
-    if row.get("deletion_time"):
+    if row.get("deletion_time") and (timed or row.get("scheduled_time")):
         started = float(row["scheduled_time"]) if row.get("scheduled_time") else created
         duration = max(0.0, number("deletion_time") - started)
     num_gpu, gpu_milli = int(number("num_gpu")), int(number("gpu_milli"))
@@ -86,7 +91,7 @@ def _row(row: dict[str, str], where: str) -> TracePod:
         memory_mib=int(number("memory_mib")),
         num_gpu=num_gpu,
         gpu_milli=gpu_milli,
-        gpu_spec=row.get("gpu_spec") or "",
+        gpu_spec=(row.get("gpu_spec") or "").strip(),
         creation_time=created,
         duration=duration,
     )
@@ -138,13 +143,15 @@ class ReplayReport:
 
 
 class Replayer:
-    """Creates pods at the trace's creation times divided by `speed`."""
+    """Creates pods at the trace's creation times divided by `speed`, or, given `rate`, one every
+    1/`rate` seconds in the trace's order, whatever its times (a steady arrival rate)."""
 
     def __init__(
         self,
         create: Callable[[dict[str, Any]], None],
         *,
         speed: float = 1.0,
+        rate: float | None = None,
         namespace: str = "default",
         scheduler: str = SCHEDULER_NAME,
         clock: Callable[[], float] = time.monotonic,
@@ -152,8 +159,11 @@ class Replayer:
     ) -> None:
         if speed <= 0:
             raise ValueError(f"speed: must be positive, got {speed}")
+        if rate is not None and rate <= 0:
+            raise ValueError(f"rate: must be positive, got {rate}")
         self._create = create
         self.speed = speed
+        self.rate = rate
         self.namespace = namespace
         self.scheduler = scheduler
         self._clock = clock
@@ -168,8 +178,8 @@ class Replayer:
             return report
         origin = ordered[0].creation_time
         started = self._clock()
-        for pod in ordered:
-            due = (pod.creation_time - origin) / self.speed
+        for i, pod in enumerate(ordered):
+            due = i / self.rate if self.rate is not None else (pod.creation_time - origin) / self.speed
             wait = due - (self._clock() - started)
             if wait > 0:
                 self._sleep(wait)

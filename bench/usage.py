@@ -258,11 +258,7 @@ def run(trace: Path, hours: float | None = None) -> dict[str, Any]:
     samples_per_s = samples / cpu if cpu > 0 else float("inf")
     error_pct = 100 * (accounted_used_s - trace_used_s) / trace_used_s
     return {
-        "trace": str(
-            trace.relative_to(data.bundled_dir().parents[3])
-            if trace.is_relative_to(data.bundled_dir().parents[3])
-            else trace
-        ),
+        "trace": str(data.GENAI_DUTY_CYCLE) if trace == data.trace(data.GENAI_DUTY_CYCLE) else str(trace),
         "containers": len(series),
         "gpus": sum(len(g) for g in gpus_of.values()),
         "shared_gpus": sum(1 for p in pods if p.milli < 1000) // 2,

@@ -208,3 +208,112 @@ async def test_a_held_idle_gpu_is_reported_and_rollups_are_kept(
         await eventually(every_gpu_rolled_up, what="rollups of every GPU", timeout=25)
         busiest = await scalar(db, "SELECT max(utilization_max_pct) FROM telemetry.gpu_rollups")
         assert isinstance(busiest, float) and busiest > 50  # the training pod's GPU
+
+
+def job_pod(name: str, node: str, profile: str, milli: int | None = None) -> dict[str, object]:
+    body = pod(name, node, profile)
+    if milli is not None:
+        body["metadata"]["annotations"]["tessera.io/gpu-milli"] = str(milli)  # type: ignore[index]
+    return body
+
+
+async def test_two_tenants_jobs_are_billed_with_used_below_allocated_and_an_idle_job_flagged(
+    system: tuple[str, str], devcluster: DevCluster
+) -> None:
+    """Admission's and the scheduler's events name the jobs; the devcluster's PodResources and NVML
+    readings tell who uses what; GET /v1/usage bills both tenants."""
+    from tessera.contracts.events import GangPlaced, GpuAssignment, JobAccepted, PodPlacement
+    from tessera.core.messaging.envelope import encode
+    from tessera.core.messaging.streams import ensure_stream
+    from tessera.core.settings import StreamSettings
+
+    nats_url, db = system
+    settings = settings_for(
+        TelemetrySettings,
+        nats_url,
+        db,
+        devcluster_url=devcluster.url,
+        sample_interval_s=0.5,
+        usage={
+            "flush_interval_s": 0.5,
+            "idle_window_s": 1.0,
+            "rightsizing_window_s": 3.0,
+            "rightsizing_min_samples": 3,
+        },
+        pricing={"flavors": [{"name": "a100", "gpu_model": "A100-80GB", "on_demand_per_gpu_hour": 4.0}]},
+        auth="disabled",
+    )
+    async with httpx.AsyncClient() as http:
+        for name, profile, milli in (
+            ("train-0", "training", None),
+            ("sleepy-0", "idle", None),
+            ("infer-0", "inference", 300),
+        ):
+            created = await http.post(
+                f"{devcluster.url}/api/v1/namespaces/default/pods",
+                json=job_pod(name, "gpu-node-0", profile, milli),
+            )
+            assert created.status_code == 201, created.text
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    for owner in ("admission", "scheduler"):
+        await ensure_stream(js, owner, StreamSettings().limits())
+    inventory = {r.index: r.uuid for r in devcluster.nvml_readings("gpu-node-0")}
+    with devcluster.ctx.lock:
+        held = {key.split("/")[1]: d.holdings for key, d in devcluster.ctx.devices.items()}
+    messages = [
+        JobAccepted(job_id="job-train", name="train", tenant="team-a", queue="research"),
+        JobAccepted(job_id="job-sleepy", name="sleepy", tenant="team-b", queue="serving"),
+        JobAccepted(job_id="job-infer", name="infer", tenant="team-b", queue="serving"),
+    ]
+    for job, pod_name in (("job-train", "train-0"), ("job-sleepy", "sleepy-0"), ("job-infer", "infer-0")):
+        gpus = [
+            GpuAssignment(
+                index=next(i for i, u in inventory.items() if u == h.gpu_uuid),
+                uuid=h.gpu_uuid,
+                milli=max(1, h.milli),
+            )
+            for h in held[pod_name]
+        ]
+        messages.append(
+            GangPlaced(
+                job_id=job, placements=[PodPlacement(pod=pod_name, group="g", node="gpu-node-0", gpus=gpus)]
+            )
+        )
+    for message in messages:
+        subject, headers, body = encode(message, "tessera/test")
+        await js.publish(subject, body, headers=headers)
+    await nc.close()
+
+    async with running(bootstrap.build(settings), settings) as service:
+        from fastapi import FastAPI
+
+        from tessera.telemetry.entrypoints.usage_api import router
+
+        app = FastAPI()
+        app.include_router(router)
+        app.state.deps = service.deps
+
+        async def by_tenant() -> dict[str, dict[str, object]] | None:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+                body = (await http.get("/v1/usage", params={"by": "tenant"})).json()
+            rows = {r["group"]: r for r in body["rows"]}
+            ready = {"team-a", "team-b"} <= set(rows) and rows["team-b"]["idle_gpu_hours"] > 0
+            return rows if ready else None
+
+        rows = await eventually(by_tenant, what="usage of both tenants with an idle job", timeout=30)
+        for tenant in ("team-a", "team-b"):
+            assert 0 < rows[tenant]["used_gpu_hours"] < rows[tenant]["allocated_gpu_hours"]
+            assert 0 < rows[tenant]["utilisation_pct"] < 100
+            assert rows[tenant]["cost"] > 0
+        assert await scalar(db, "SELECT count(*) FROM telemetry.usage_hourly WHERE job_id = 'unknown'") == 0
+        assert await scalar(db, "SELECT min(split) FROM telemetry.usage_hourly WHERE pod = 'infer-0'") in (
+            "memory",
+            "requested",
+        )
+
+        async def recommended() -> list[dict[str, object]]:
+            return await events(nats_url, subjects.RIGHTSIZING_RECOMMENDED)
+
+        found = await eventually(recommended, what="a rightsizing recommendation", timeout=30)
+        assert any(e["pod"] == "sleepy-0" and e["tenant"] == "team-b" for e in found)

@@ -115,11 +115,11 @@ def _out(t: UsageTotal) -> dict[str, Any]:
         "group": t.group,
         "tenant": t.tenant,
         "queue": t.queue,
-        "allocated_gpu_hours": round(t.allocated_gpu_hours, 4),
-        "used_gpu_hours": round(t.used_gpu_hours, 4),
-        "idle_gpu_hours": round(t.idle_gpu_hours, 4),
-        "memory_gib_hours": round(t.memory_gib_hours, 4),
-        "cost": round(t.cost, 4),
+        "allocated_gpu_hours": round(t.allocated_gpu_hours, 6),
+        "used_gpu_hours": round(t.used_gpu_hours, 6),
+        "idle_gpu_hours": round(t.idle_gpu_hours, 6),
+        "memory_gib_hours": round(t.memory_gib_hours, 6),
+        "cost": round(t.cost, 6),
         "utilisation_pct": round(t.utilisation_pct, 2),
     }
 

@@ -40,6 +40,7 @@ import itertools
 import json
 import sys
 import time
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -66,6 +67,8 @@ GPU_MEMORY_MIB = 81920
 GPUS_PER_NODE = 8
 #: illustrative on-demand price per A100-80GB GPU-hour (see examples/prices/)
 PRICE = 4.10
+#: the trace's containers are spread over three illustrative tenants (by a hash of their names)
+TENANTS = ("search", "chat", "vision")
 
 
 @dataclass
@@ -145,7 +148,7 @@ def place(series: list[Series]) -> list[Pod]:
     return pods
 
 
-def run(trace: Path, hours: float | None = None) -> dict[str, Any]:
+def run(trace: Path, hours: float | None = None, report: Path | None = None) -> dict[str, Any]:
     series = load_trace(trace)
     pods = place(series)
     start = min(p.series.start for p in pods)
@@ -156,7 +159,8 @@ def run(trace: Path, hours: float | None = None) -> dict[str, Any]:
 
     directory = JobDirectory()
     for p in pods:
-        directory.add_job(f"job-{p.name}", "tenant-a" if hash(p.name) % 2 else "tenant-b", "inference")
+        tenant = TENANTS[zlib.crc32(p.name.encode()) % len(TENANTS)]
+        directory.add_job(f"job-{p.name}", tenant, f"{tenant}-serving")
         directory.place([PlacedPod(p.name, f"job-{p.name}", p.node, {p.gpu_uuid: p.milli})])
     ledger = UsageLedger(
         Accountant(AccountingPolicy(interval_s=INTERVAL_S, max_gap_s=3 * INTERVAL_S)),
@@ -247,6 +251,8 @@ def run(trace: Path, hours: float | None = None) -> dict[str, Any]:
         for r in ledger.accountant.rows.values()
     }
 
+    if report is not None:
+        write_report(rows, t0, t0 + timedelta(seconds=end - start), report)
     accounted_used_s = sum(r.used_gpu_s for r in rows)
     allocated_s = sum(r.allocated_gpu_s for r in rows)
     trace_allocated_s = sum(max(0.0, min(p.series.end, end) - p.series.start) * p.milli / 1000 for p in pods)
@@ -290,6 +296,46 @@ def run(trace: Path, hours: float | None = None) -> dict[str, Any]:
     }
 
 
+def write_report(rows: list[Any], start: datetime, end: datetime, directory: Path) -> None:
+    """The replay's rows as `tessera usage` shows telemetry's answer: a table by tenant (printed, and
+    saved as text) and the PNG of `tessera usage report`."""
+    from rich.console import Console
+
+    from tessera.cli import usage as cli
+    from tessera.telemetry.domain.usage import GroupBy, totals
+
+    def out(t: Any) -> dict[str, Any]:
+        return {
+            "group": t.group,
+            "tenant": t.tenant,
+            "queue": t.queue,
+            "allocated_gpu_hours": round(t.allocated_gpu_hours, 6),
+            "used_gpu_hours": round(t.used_gpu_hours, 6),
+            "idle_gpu_hours": round(t.idle_gpu_hours, 6),
+            "memory_gib_hours": round(t.memory_gib_hours, 6),
+            "cost": round(t.cost, 6),
+            "utilisation_pct": round(t.utilisation_pct, 2),
+        }
+
+    jobs = totals(rows, GroupBy.JOB)
+    wasters = sorted(jobs, key=lambda j: (-j.idle_gpu_hours, j.group))[:5]
+    body = {
+        "by": "tenant",
+        "from": start.isoformat(),
+        "to": end.isoformat(),
+        "tenant": None,
+        "currency": "USD",
+        "rows": [out(t) for t in totals(rows, GroupBy.TENANT)],
+        "top_wasters": [out(j) for j in wasters],
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    console = Console(record=True, width=120)
+    cli.console = console
+    cli.render(body)
+    (directory / "usage-by-tenant.txt").write_text(console.export_text())
+    cli.write_png(body, directory / "usage-by-tenant.png")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -299,9 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     parser.add_argument("--hours", type=float, default=None, help="replay only the first hours (quick runs)")
+    parser.add_argument(
+        "--report", type=Path, default=None, help="write the table by tenant and its PNG into this directory"
+    )
     args = parser.parse_args(argv)
     trace = args.trace or data.trace(data.GENAI_DUTY_CYCLE)
-    result = run(trace, args.hours)
+    result = run(trace, args.hours, args.report)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

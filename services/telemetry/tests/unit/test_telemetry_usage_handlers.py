@@ -1,0 +1,247 @@
+"""Usage's handlers and use cases on in-memory repositories: the job directory from admission's and the
+scheduler's events, rows stored and days rebuilt, rightsizing findings published once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tessera.contracts.events import (
+    GangFinished,
+    GangPlaced,
+    GpuAssignment,
+    JobAccepted,
+    PodPlacement,
+    PodsEvicted,
+    RightsizingRecommended,
+)
+from tessera.telemetry.domain.attribution import Holder, split_reading
+from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
+from tessera.telemetry.domain.model import Reading
+from tessera.telemetry.domain.rightsizing import FindingKind, Recommendation, RightsizingTracker
+from tessera.telemetry.domain.usage import Accountant, GroupBy, PriceBook, UsageRow, UsageTotal, totals
+from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
+from tessera.telemetry.service_layer.usage import (
+    UsageLedger,
+    days_of,
+    on_gang_placed,
+    on_job_announced,
+    on_pods_released,
+    record_recommendations,
+    record_usage,
+)
+from tessera.testing.builders import an_envelope
+from tessera.testing.fakes import FakeUnitOfWork
+
+T0 = datetime(2026, 11, 23, 23, 30, tzinfo=UTC)
+
+
+@dataclass
+class FakeDirectory:
+    jobs: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    placed: dict[str, tuple[PlacedPod, datetime | None]] = field(default_factory=dict)
+
+    async def upsert_job(self, job_id: str, name: str, tenant: str, queue: str, at: datetime) -> None:
+        self.jobs[job_id] = (name, tenant, queue)
+
+    async def place(self, pods: Sequence[PlacedPod], at: datetime) -> None:
+        self.placed.update({p.pod: (p, None) for p in pods})
+
+    async def end_pods(self, job_id: str, pods: Sequence[str] | None, at: datetime) -> None:
+        for name, (p, ended) in list(self.placed.items()):
+            if p.job_id == job_id and ended is None and (pods is None or name in pods):
+                self.placed[name] = (p, at)
+
+    async def load(self) -> JobDirectory:
+        directory = JobDirectory()
+        for job_id, (_, tenant, queue) in self.jobs.items():
+            directory.add_job(job_id, tenant, queue)
+        directory.place(p for p, ended in self.placed.values() if ended is None)
+        return directory
+
+
+@dataclass
+class FakeUsage:
+    rows: dict[Any, UsageRow] = field(default_factory=dict)
+    days: list[datetime] = field(default_factory=list)
+
+    async def save(self, rows: Sequence[UsageRow]) -> None:
+        self.rows.update({r.key: r for r in rows})
+
+    async def rows_since(self, since: datetime, nodes: Sequence[str] | None = None) -> list[UsageRow]:
+        return [r for r in self.rows.values() if r.key.window_start >= since]
+
+    async def rollup_days(self, days: Sequence[datetime]) -> None:
+        self.days.extend(days)
+
+    async def totals(
+        self, by: GroupBy, start: datetime, end: datetime, tenant: str | None = None
+    ) -> list[UsageTotal]:
+        return totals((r for r in self.rows.values() if tenant in (None, r.tenant)), by)
+
+
+@dataclass
+class FakeRightsizing:
+    open_: dict[tuple[str, str, str, str, str], tuple[str, datetime | None]] = field(default_factory=dict)
+
+    async def open(
+        self, job_id: str, tenant: str, recommendation: Recommendation, detail: dict[str, object]
+    ) -> bool:
+        r = recommendation
+        key = (r.gpu_uuid, r.namespace, r.pod, r.container, r.kind.value)
+        if key in self.open_ and self.open_[key][1] is None:
+            return False
+        self.open_[key] = (job_id, None)
+        return True
+
+    async def open_findings(self) -> list[tuple[str, str, str, str, str]]:
+        return [k for k, (_, ended) in self.open_.items() if ended is None]
+
+    async def end_for_pods(self, pods: Sequence[str], at: datetime) -> None:
+        for key, (job, ended) in list(self.open_.items()):
+            if key[2] in pods and ended is None:
+                self.open_[key] = (job, at)
+
+
+class FakeUsageUnitOfWork(FakeUnitOfWork, TelemetryUnitOfWork):
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory_store = FakeDirectory()
+        self.usage_store = FakeUsage()
+        self.rightsizing_store = FakeRightsizing()
+
+    def open_repositories(self, session: object) -> None:
+        self.directory = self.directory_store
+        self.usage = self.usage_store
+        self.rightsizing = self.rightsizing_store
+
+
+def a_ledger() -> UsageLedger:
+    return UsageLedger(Accountant(), PriceBook(), RightsizingTracker())
+
+
+async def handle(handler: Any, uow: FakeUsageUnitOfWork, message: Any) -> None:
+    async with uow:
+        await handler(an_envelope(message), uow)
+        await uow.commit()
+
+
+async def test_jobs_and_placements_name_what_a_pod_is_billed_to_and_the_share_it_was_given() -> None:
+    uow, ledger = FakeUsageUnitOfWork(), a_ledger()
+    await handle(
+        on_job_announced(ledger),
+        uow,
+        JobAccepted(job_id="j1", name="train", tenant="team-a", queue="research"),
+    )
+    placed = GangPlaced(
+        job_id="j1",
+        placements=[
+            PodPlacement(
+                pod="train-0", group="w", node="n0", gpus=[GpuAssignment(index=0, uuid="GPU-0", milli=250)]
+            )
+        ],
+    )
+    await handle(on_gang_placed(ledger), uow, placed)
+    ref = ledger.directory.job_of("train-0")
+    assert ref is not None and (ref.job_id, ref.tenant, ref.queue) == ("j1", "team-a", "research")
+    assert ledger.directory.placed_milli("train-0", "GPU-0") == 250
+    assert uow.directory_store.jobs == {"j1": ("train", "team-a", "research")}
+    restored = await uow.directory_store.load()  # what a restart would load
+    assert restored.refs() == ledger.directory.refs()
+
+    await handle(
+        on_pods_released(ledger),
+        uow,
+        GangFinished(job_id="j1", succeeded=True, pods={"train-0": "Succeeded"}),
+    )
+    assert ledger.directory.job_of("train-0") is None
+    assert (await uow.directory_store.load()).pods == {}
+
+
+async def test_evicted_pods_end_and_their_open_findings_with_them() -> None:
+    uow, ledger = FakeUsageUnitOfWork(), a_ledger()
+    ledger.directory.place(
+        [PlacedPod("p-0", "j2", "n0", {"GPU-0": 1000}), PlacedPod("p-1", "j2", "n0", {"GPU-1": 1000})]
+    )
+    await uow.directory_store.place(list(ledger.directory.pods.values()), T0)
+    rec = Recommendation(
+        FindingKind.FITS_SMALLER_SHARE,
+        "n0",
+        "GPU-0",
+        "A100-80GB",
+        "ns",
+        "p-0",
+        "main",
+        T0,
+        T0,
+        40,
+        1000,
+        10.0,
+        2048,
+        150,
+        "1g.10gb",
+    )
+    async with uow:
+        await record_recommendations(uow, [rec], ledger.directory)
+        await uow.commit()
+    await handle(on_pods_released(ledger), uow, PodsEvicted(job_id="j2", pods=["ns/p-0"], reason="node_lost"))
+    assert set(ledger.directory.pods) == {"p-1"}
+    assert uow.rightsizing_store.open_ and all(
+        ended is not None for _, ended in uow.rightsizing_store.open_.values()
+    )
+
+
+async def test_a_recommendation_is_published_once_with_the_job_it_belongs_to() -> None:
+    uow, ledger = FakeUsageUnitOfWork(), a_ledger()
+    ledger.directory.add_job("j3", "team-b", "serving")
+    ledger.directory.place([PlacedPod("web-0", "j3", "n0", {"GPU-0": 1000})])
+    rec = Recommendation(
+        FindingKind.WHOLE_GPU_UNDERUSED,
+        "n0",
+        "GPU-0",
+        "A100-80GB",
+        "ns",
+        "web-0",
+        "main",
+        T0,
+        T0 + timedelta(hours=4),
+        1440,
+        1000,
+        3.0,
+        1024,
+        50,
+        "1g.10gb",
+    )
+    for _ in range(2):
+        async with uow:
+            await record_recommendations(uow, [rec], ledger.directory)
+            await uow.commit()
+    (event,) = uow.events_of(RightsizingRecommended)
+    assert (event.kind, event.job_id, event.tenant, event.queue) == (
+        "whole_gpu_underused",
+        "j3",
+        "team-b",
+        "serving",
+    )
+    assert (event.recommended_milli, event.recommended_mig_profile, event.saving_gpu_hours_per_day) == (
+        50,
+        "1g.10gb",
+        22.8,
+    )
+
+
+async def test_rows_are_stored_and_the_days_they_touch_rebuilt() -> None:
+    uow, ledger = FakeUsageUnitOfWork(), a_ledger()
+    for i in range(360):  # an hour that straddles midnight
+        at = T0 + timedelta(seconds=10 * i)
+        reading = Reading("n0", 0, "GPU-0", at, 50.0, 1000, 100, 40, "A100-80GB", 81920)
+        ledger.count(reading, split_reading(50.0, 1000, [Holder("ns", "p", "main", "GPU-0")]), None)
+    rows = ledger.accountant.dirty()
+    assert days_of(rows) == [T0.replace(hour=0, minute=0), T0.replace(hour=0, minute=0) + timedelta(days=1)]
+    async with uow:
+        await record_usage(uow, rows)
+        await uow.commit()
+    assert len(uow.usage_store.rows) == 2 and len(uow.usage_store.days) == 2
+    assert sum(r.allocated_gpu_s for r in uow.usage_store.rows.values()) == 3600

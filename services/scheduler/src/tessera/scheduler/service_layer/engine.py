@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import deque
@@ -43,6 +44,7 @@ from tessera.scheduler.service_layer.gangs import (
 from tessera.scheduler.service_layer.outcomes import GangInfo, record_outcome
 from tessera.scheduler.service_layer.preemption import preempt_due
 from tessera.scheduler.service_layer.rebuild import learn_typical_workload, rebuild
+from tessera.scheduler.service_layer.tracing import DecisionSpans
 from tessera.scheduler.service_layer.unit_of_work import SchedulerUnitOfWork
 from tessera.scheduler.service_layer.watches import WatchState, native_keys
 
@@ -172,14 +174,20 @@ class SchedulingEngine:
             if self.cluster is not None:
                 await self._materialize()
             loop = asyncio.get_running_loop()
-            outcomes += await loop.run_in_executor(self._executor, state.assembly.scheduler.run, now)
-            for outcome in outcomes:
-                info = state.gangs.get(outcome.gang)
-                if info is None:
-                    continue
-                await record_outcome(outcome, info, state.assembly.queue, repo, uow, state.uuids)
-                if outcome.evicted and self.cluster is not None and info.source == JOB:
-                    state.to_materialize.add(outcome.gang)
+            spans = DecisionSpans(state.gangs)  # each attempt's span, open until its outcome is recorded
+            try:
+                run = functools.partial(state.assembly.scheduler.run, now, around=spans.around)
+                outcomes += await loop.run_in_executor(self._executor, run)
+                for outcome in outcomes:
+                    info = state.gangs.get(outcome.gang)
+                    if info is None:
+                        continue
+                    span = spans.take(outcome)
+                    await record_outcome(outcome, info, state.assembly.queue, repo, uow, state.uuids, span)
+                    if outcome.evicted and self.cluster is not None and info.source == JOB:
+                        state.to_materialize.add(outcome.gang)
+            finally:
+                spans.close()
             await self._finish_ended(repo, uow, now)
             await self._report_running(uow)
             await self._announce_demand(uow)
@@ -259,7 +267,8 @@ class SchedulingEngine:
             await repo.remove_pending(info.job_id)
             succeeded = all(phase == "Succeeded" for phase in info.placed.values())
             pods = {pod_name(pod): phase or "" for pod, phase in info.placed.items()}
-            await uow.publish(GangFinished(job_id=info.job_id, succeeded=succeeded, pods=pods))
+            with span_from_headers("scheduler.gang_finished", info.trace, job_id=info.job_id):
+                await uow.publish(GangFinished(job_id=info.job_id, succeeded=succeeded, pods=pods))
             del state.gangs[gang]
             state.specs.pop(gang, None)
             log.info("gang finished", extra={"job_id": info.job_id, "succeeded": succeeded})

@@ -6,14 +6,17 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from opentelemetry import trace
+from opentelemetry.trace import Span
+
 from tessera.contracts.events import GangPlaced, GangUnschedulable, PodsEvicted
 from tessera.core.db.uow import UnitOfWork
-from tessera.core.observability.tracing import span_from_headers
 from tessera.scheduler.adapters.repository import PlacementRow, SchedulerRepository
 from tessera.scheduler.domain.gang.queue import GangQueue
 from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
 from tessera.scheduler.domain.snapshot import Allocation
 from tessera.scheduler.service_layer.gangs import placement_of, pod_name
+from tessera.scheduler.service_layer.tracing import annotate_decision, decision_span
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +69,13 @@ async def record_outcome(
     repo: SchedulerRepository,
     uow: UnitOfWork,
     uuids: Mapping[str, Mapping[int, str]],
+    span: Span | None = None,
 ) -> None:
-    """Persist one decision and publish what it means, inside a ``scheduler.place_gang`` span."""
-    with span_from_headers("scheduler.place_gang", info.trace, job_id=info.job_id) as span:
-        span.set_attribute("outcome", outcome.kind.value)
+    """Persist one decision and publish what it means, inside its ``scheduler.place_gang`` span:
+    ``span`` when the attempt opened it (it ends here), else a new one in the job's trace."""
+    scope = trace.use_span(span, end_on_exit=True) if span is not None else decision_span(outcome.gang, info)
+    with scope as span:
+        annotate_decision(span, outcome)
         if outcome.kind is OutcomeKind.WAITING:
             span.set_attribute("reasons", outcome.message)
             return
@@ -94,7 +100,6 @@ async def record_outcome(
                 placement_of(a, info.groups.get(a.pod, a.gang), uuids.get(a.node, {})) for a in outcome.bound
             ]
             await uow.publish(GangPlaced(job_id=info.job_id, placements=placements))
-            span.set_attribute("nodes", ",".join(sorted(outcome.nodes)))
             log.info("gang placed", extra={"job_id": info.job_id, "pods": len(outcome.bound)})
             return
         entry = queue.entry(outcome.gang) if outcome.gang in queue else None

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 
+from opentelemetry import propagate
+
 from tessera.cluster.domain.requirements import PodRef
 from tessera.cluster.port import ClusterError, NotFound
 from tessera.contracts.events import PodsEvicted, ReportJobOutcome
@@ -38,8 +40,12 @@ async def preempt_due(
 ) -> float | None:
     """Evict every victim that is due; returns the next deadline still to come, if any."""
     for request in await repo.due_preemptions(now):
+        info = state.gangs.get(request.job_id)
+        victim_trace = propagate.extract(dict(info.trace)) if info is not None else None
         with tracer().start_as_current_span(
-            "scheduler.preempt", attributes={"job_id": request.job_id}
+            "scheduler.preempt",
+            context=victim_trace,  # in the victim's trace, where admission asked for it
+            attributes={"job_id": request.job_id, "preemptor": request.preemptor_job_id or ""},
         ) as span:
             evicted = await _evict(request, repo, state, cluster, settings, now)
             span.set_attribute("evicted", len(evicted))

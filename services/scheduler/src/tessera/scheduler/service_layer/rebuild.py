@@ -42,6 +42,7 @@ from tessera.scheduler.service_layer.engine_state import EngineState
 from tessera.scheduler.service_layer.gangs import inventory_node, inventory_uuids, job_gang, job_pod_names
 from tessera.scheduler.service_layer.outcomes import GangInfo
 from tessera.scheduler.service_layer.steps import TimedSteps
+from tessera.scheduler.service_layer.tracing import TracedBinder
 from tessera.scheduler.service_layer.watches import foreign_allocation, hold_foreign, native_gang, native_of
 
 # ClusterSide is re-exported: it lives in adapters now, and the scheduling loop imports it from here.
@@ -268,7 +269,7 @@ def assemble_scheduler(
     gang = settings.gang
     return assemble(
         nodes.values(),
-        port,
+        TracedBinder(port),  # a span per bind and eviction, in the decision's trace
         backoff=BackoffPolicy(gang.backoff_initial_s, max(gang.backoff_max_s, gang.backoff_initial_s)),
         max_parked_s=gang.max_parked_s,
         bound=bound,

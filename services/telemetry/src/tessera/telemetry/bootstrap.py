@@ -142,6 +142,9 @@ def build(settings: TelemetrySettings, source: GpuSource | None = None) -> Servi
             ledger=ledger,
             attributor=make_attributor(settings, chosen) if ledger is not None else None,
             usage_flush_s=settings.usage.flush_interval_s,
+            usage_nodes=[settings.node_name]
+            if settings.node_name and settings.chosen_source() in (SourceKind.NVML, SourceKind.DCGM)
+            else None,
             auth=settings.auth,
             admin_token=settings.admin_token.get_secret_value() if settings.admin_token else None,
             admission_url=settings.admission_url,

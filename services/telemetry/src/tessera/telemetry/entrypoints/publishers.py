@@ -94,7 +94,7 @@ async def _restore(t: Telemetry) -> None:
                 count = await restore_findings(uow, t.monitor)
                 rows = 0
                 if t.ledger is not None:
-                    rows = await restore_usage(uow, t.ledger, datetime.now(UTC), None)
+                    rows = await restore_usage(uow, t.ledger, datetime.now(UTC), t.usage_nodes)
             log.info("open findings restored", extra={"findings": count, "usage_rows": rows})
             break
         except Exception:

@@ -28,6 +28,8 @@ class Telemetry:
     ledger: UsageLedger | None = None
     attributor: Attributor | None = None
     usage_flush_s: float = 30.0
+    #: the nodes whose stored usage this instance continues after a restart (None: every node)
+    usage_nodes: list[str] | None = None
     #: the nodes whose own sources stand in for PodResources, and why: a readiness condition
     attribution_problems: dict[str, str] = field(default_factory=dict)
     #: whose usage GET /v1/usage shows (see entrypoints/usage_api.py)

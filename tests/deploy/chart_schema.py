@@ -165,7 +165,12 @@ def service_schema(service: str) -> dict[str, Any]:
         properties |= {
             "kubernetesApi": _closed({"enabled": {"type": "boolean"}}),
             "rbac": _closed(
-                {"create": {"type": "boolean"}, "clusterRules": _rules(), "namespaceRules": _rules()}
+                {
+                    "create": {"type": "boolean"},
+                    "clusterRules": _rules(),
+                    "namespaceRules": _rules(),
+                    "releaseRules": _rules(),
+                }
             ),
         }
     if service == "scheduler":

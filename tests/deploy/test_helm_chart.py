@@ -21,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
-from tessera.cluster.rbac import CACHE_CALLS, CLIENT_CALLS, PORT_CALLS, SERVICE_CALLS, ApiCall
+from tessera.cluster.rbac import CACHE_CALLS, CLIENT_CALLS, LEASE_CALLS, PORT_CALLS, SERVICE_CALLS, ApiCall
 from tests.deploy.chart import NAMESPACE, SERVICES, VALUE_SETS, VALUES, Rendered, merged, notes, render
 from tests.deploy.chart_schema import CHART, SCHEMA, SETTINGS, rendered
 
@@ -115,8 +115,13 @@ def granted(chart: Rendered, service: str) -> set[ApiCall]:
             if r["metadata"]["name"] == binding["roleRef"]["name"]
             and r["metadata"].get("namespace") == namespace
         )
-        scope = "cluster" if kind == "ClusterRole" else "namespace"
-        if scope == "namespace":
+        if kind == "ClusterRole":
+            scope = "cluster"
+        elif role["metadata"]["name"].endswith("-release"):
+            scope = "release"  # the service's own namespace (the Lease of its leader election)
+            assert namespace == NAMESPACE, "a release Role outside the release's namespace"
+        else:
+            scope = "namespace"
             assert namespace == chart.values["scheduler"]["jobNamespace"], "a Role outside the job namespace"
         for rule in role["rules"]:
             for group in rule["apiGroups"]:
@@ -186,6 +191,8 @@ def calls_in_code(service: str) -> set[tuple[str, str, str]]:
                 found.add(CLIENT_CALLS[node.attr])
             elif isinstance(node, ast.Name) and node.id == "ClusterCache":
                 found |= CACHE_CALLS
+            elif isinstance(node, ast.Name) and node.id == "KubernetesLeaseLock":
+                found |= LEASE_CALLS
     return {call.unscoped() for call in found}
 
 
@@ -365,8 +372,10 @@ def test_ha_runs_three_of_every_deployment_and_warns_about_the_scheduler() -> No
     assert {d["metadata"]["name"]: d["spec"]["replicas"] for d in chart.of_kind("Deployment")} == {
         f"tessera-{s}": 3 for s in SERVICES if s != "telemetry"
     }
-    assert "no leader election" in notes(VALUE_SETS["ha"])
-    assert "leader election" not in notes(VALUE_SETS["default"])
+    assert "scheduler replicas elect a leader on the Lease" in notes(VALUE_SETS["ha"])
+    assert "leader" not in notes(VALUE_SETS["default"])
+    without = merged(VALUE_SETS["ha"], {"scheduler": {"settings": {"leader_election": {"enabled": False}}}})
+    assert "WARNING: scheduler.replicaCount is 3 without leader election" in notes(without)
 
 
 def test_disabled_services_render_nothing() -> None:

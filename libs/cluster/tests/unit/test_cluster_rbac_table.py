@@ -11,7 +11,16 @@ import pytest
 from tessera.cluster import cache as cache_module
 from tessera.cluster.kube import adapter
 from tessera.cluster.kube.adapter import KubernetesCluster
-from tessera.cluster.rbac import CACHE_CALLS, CLIENT_CALLS, PORT_CALLS, SERVICE_CALLS, ApiCall, policy_rules
+from tessera.cluster.kube.lease import KubernetesLeaseLock
+from tessera.cluster.rbac import (
+    CACHE_CALLS,
+    CLIENT_CALLS,
+    LEASE_CALLS,
+    PORT_CALLS,
+    SERVICE_CALLS,
+    ApiCall,
+    policy_rules,
+)
 
 CLIENTS = {"_core", "_custom"}  # the adapter's CoreV1Api and CustomObjectsApi
 
@@ -104,3 +113,18 @@ def test_policy_rules_group_verbs_by_resource_per_scope() -> None:
         calls, "cluster"
     )
     assert policy_rules(SERVICE_CALLS["slicing"], "cluster") == []
+
+
+def test_the_lease_lock_makes_exactly_the_lease_calls() -> None:
+    called = {
+        node.attr
+        for node in ast.walk(ast.parse(inspect.getsource(KubernetesLeaseLock)))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "_leases"
+    }
+    assert {CLIENT_CALLS[name] for name in called} == LEASE_CALLS
+    assert all(call.scope == "release" for call in LEASE_CALLS)
+    assert policy_rules(SERVICE_CALLS["scheduler"], "release") == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]}
+    ]

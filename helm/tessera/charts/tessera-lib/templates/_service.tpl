@@ -6,6 +6,7 @@ PodDisruptionBudget. A service chart's only template calls it:
 
 with, optionally, "env" / "volumes" / "volumeMounts" (lists), "pod" (fields added to the pod spec)
 and "roleNamespace" (where the Role of rbac.namespaceRules goes; the release namespace by default).
+rbac.releaseRules always go in a Role "<name>-release" in the release namespace (a leader's Lease).
 */}}
 {{- define "tessera-lib.service" -}}
 {{- $ := .ctx -}}
@@ -29,17 +30,20 @@ metadata:
 automountServiceAccountToken: {{ $kubeApi }}
 {{- end }}
 {{- if and $kubeApi $v.rbac.create }}
-{{- range $scope := list "cluster" "namespace" }}
-{{- $rules := ternary $v.rbac.clusterRules $v.rbac.namespaceRules (eq $scope "cluster") }}
+{{- $scopes := dict "cluster" $v.rbac.clusterRules "namespace" $v.rbac.namespaceRules "release" $v.rbac.releaseRules }}
+{{- range $scope := list "cluster" "namespace" "release" }}
+{{- $rules := get $scopes $scope }}
 {{- if $rules }}
 {{- $role := ternary "ClusterRole" "Role" (eq $scope "cluster") }}
+{{- $roleName := ternary (printf "%s-release" $name) $name (eq $scope "release") }}
+{{- $namespace := ternary $.Release.Namespace $roleNamespace (eq $scope "release") }}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: {{ $role }}
 metadata:
-  name: {{ $name }}
-  {{- if eq $scope "namespace" }}
-  namespace: {{ $roleNamespace }}
+  name: {{ $roleName }}
+  {{- if ne $scope "cluster" }}
+  namespace: {{ $namespace }}
   {{- end }}
   labels:
     {{- include "tessera-lib.labels" $ | nindent 4 }}
@@ -49,16 +53,16 @@ rules:
 apiVersion: rbac.authorization.k8s.io/v1
 kind: {{ $role }}Binding
 metadata:
-  name: {{ $name }}
-  {{- if eq $scope "namespace" }}
-  namespace: {{ $roleNamespace }}
+  name: {{ $roleName }}
+  {{- if ne $scope "cluster" }}
+  namespace: {{ $namespace }}
   {{- end }}
   labels:
     {{- include "tessera-lib.labels" $ | nindent 4 }}
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: {{ $role }}
-  name: {{ $name }}
+  name: {{ $roleName }}
 subjects:
   - kind: ServiceAccount
     name: {{ $sa }}

@@ -10,7 +10,9 @@ Three layers, each checked against the code below it by tests:
 
 A call's ``scope`` says where it must be allowed: ``cluster`` in every namespace (a ClusterRole),
 ``namespace`` only in the namespace the service works in (a Role there; the scheduler creates the
-pods and PodGroups of admitted jobs in ``TESSERA_SCHEDULER_NAMESPACE`` and nowhere else).
+pods and PodGroups of admitted jobs in ``TESSERA_SCHEDULER_NAMESPACE`` and nowhere else), ``release``
+only in the namespace the service itself runs in (a Role there: the Lease its replicas elect a
+leader on).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typing import Any, Literal
 
 from tessera.cluster.conventions.names import POD_GROUP_API_GROUP, POD_GROUP_PLURAL
 
-Scope = Literal["cluster", "namespace"]
+LEASE_API_GROUP = "coordination.k8s.io"
+
+Scope = Literal["cluster", "namespace", "release"]
 
 
 @dataclass(frozen=True, order=True)
@@ -61,6 +65,9 @@ CLIENT_CALLS: Mapping[str, ApiCall] = {
     "list_namespaced_custom_object": ApiCall(POD_GROUP_API_GROUP, POD_GROUP_PLURAL, "list"),
     "list_cluster_custom_object": ApiCall(POD_GROUP_API_GROUP, POD_GROUP_PLURAL, "list"),
     "create_namespaced_custom_object": ApiCall(POD_GROUP_API_GROUP, POD_GROUP_PLURAL, "create"),
+    "read_namespaced_lease": ApiCall(LEASE_API_GROUP, "leases", "get", "release"),
+    "create_namespaced_lease": ApiCall(LEASE_API_GROUP, "leases", "create", "release"),
+    "replace_namespaced_lease": ApiCall(LEASE_API_GROUP, "leases", "update", "release"),
 }
 
 _NODES_READ = {"list_nodes": _calls("", "nodes", "list"), "watch_nodes": _calls("", "nodes", "watch")}
@@ -91,6 +98,12 @@ CACHE_CALLS: frozenset[ApiCall] = frozenset().union(
     PORT_CALLS["watch_pod_groups"],
 )
 
+#: what a :class:`~tessera.cluster.kube.lease.KubernetesLeaseLock` calls: leader election on a Lease in
+#: the service's own namespace (read it, create it, replace the version read)
+LEASE_CALLS: frozenset[ApiCall] = frozenset(
+    CLIENT_CALLS[m] for m in ("read_namespaced_lease", "create_namespaced_lease", "replace_namespaced_lease")
+)
+
 #: per service, every Kubernetes API call it makes. Services with none get a ServiceAccount that
 #: can do nothing (slicing will patch nodes and write the device plugin's ConfigMaps once its code
 #: does; admission's webhook is still to come).
@@ -107,6 +120,8 @@ SERVICE_CALLS: Mapping[str, frozenset[ApiCall]] = {
         # the pods and PodGroup of an admitted job, in the scheduler's namespace only
         | _calls("", "pods", "create", scope="namespace")
         | _calls(POD_GROUP_API_GROUP, POD_GROUP_PLURAL, "create", scope="namespace")
+        # one scheduler decides at a time: the holder of its Lease, in the release's namespace
+        | LEASE_CALLS
     ),
     "slicing": frozenset(),
     # watches nodes for impending termination (spot interruptions, scale-down, maintenance)

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from kubernetes.client import ApiClient
 
 from tessera.cluster.kube import KubernetesCluster, api_client
+from tessera.cluster.kube.lease import KubernetesLeaseLock
+from tessera.cluster.leader import LeaderElector, default_identity, pod_namespace
 from tessera.contracts import subjects
 from tessera.core.db.retention import RetentionRule
 from tessera.core.messaging.consumer import ConsumerSpec
@@ -23,6 +25,16 @@ from tessera.scheduler.service_layer.unit_of_work import SchedulerUnitOfWork
 
 # Turns the API client into the `Cluster` port; tests wrap the adapter to inject failures.
 ClusterFactory = Callable[[ApiClient], KubernetesCluster]
+
+
+def leader_elector(api: ApiClient, settings: SchedulerSettings) -> LeaderElector | None:
+    """Replicas contend for the Lease; only its holder decides (none when election is off)."""
+    election = settings.leader_election
+    if not election.enabled:
+        return None
+    namespace = election.namespace or pod_namespace(settings.namespace)
+    lock = KubernetesLeaseLock(api, namespace, election.lease_name)
+    return LeaderElector(lock, default_identity(), election.config())
 
 
 def consumers(deps: SchedulerDeps) -> list[ConsumerSpec[SchedulerUnitOfWork]]:
@@ -68,7 +80,7 @@ def build(
         cluster = (cluster_factory or KubernetesCluster)(api)
         side = ClusterSide(cluster, JobMaterializer(api))
         engine = SchedulingEngine(ctx.uow, settings, cluster=side)  # subscribes to the side's watches
-        return SchedulerDeps(ctx, engine, ClusterConnection(cluster, side))
+        return SchedulerDeps(ctx, engine, ClusterConnection(cluster, side, leader_elector(api, settings)))
 
     return ServiceDefinition(
         name="scheduler",

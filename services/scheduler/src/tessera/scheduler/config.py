@@ -3,6 +3,7 @@
 ``kubeconfig`` (or the shared ``TESSERA_KUBECONFIG``) points the scheduler at a cluster: it then
 watches nodes, pods and PodGroups, creates the pods of admitted jobs and binds through the
 Binding API. Without one it places gangs on the inventory telemetry reports (inventory mode).
+With a kubeconfig, replicas elect a leader on a Lease (``leader_election``): only it decides.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Self
 
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 
+from tessera.cluster.leader import LeaderElectionConfig
 from tessera.core.settings import ServiceSettings, http_port, service_config
 
 
@@ -51,6 +53,36 @@ class WorkloadProfileSettings(BaseModel):
         return self
 
 
+class LeaderElectionSettings(BaseModel):
+    """Only one scheduler decides: the holder of a ``coordination.k8s.io/v1`` Lease (with a kubeconfig).
+
+    Followers keep their consumers (they record what arrives) and watch the cluster, but neither
+    decide nor bind. kube-scheduler's defaults: 15 s, 10 s, 2 s."""
+
+    enabled: bool = Field(True, description="elect a leader when a kubeconfig is given")
+    lease_name: str = Field("tessera-scheduler", min_length=1)
+    namespace: str | None = Field(
+        None,
+        description="where the Lease is kept; default: the pod's own namespace (the release's), "
+        "else the scheduler's namespace",
+    )
+    lease_duration_s: float = Field(
+        15.0, gt=0, description="followers take over this long after they last saw the lease renewed"
+    )
+    renew_deadline_s: float = Field(
+        10.0, gt=0, description="the leader stops deciding when it could not renew for this long"
+    )
+    retry_period_s: float = Field(2.0, gt=0, description="how often candidates try and the leader renews")
+
+    @model_validator(mode="after")
+    def _leader_stops_before_another_starts(self) -> Self:
+        self.config()  # raises naming the rule a combination breaks
+        return self
+
+    def config(self) -> LeaderElectionConfig:
+        return LeaderElectionConfig(self.lease_duration_s, self.renew_deadline_s, self.retry_period_s)
+
+
 class SchedulerSettings(ServiceSettings):
     model_config = service_config("scheduler")
 
@@ -63,6 +95,7 @@ class SchedulerSettings(ServiceSettings):
     namespace: str = Field("default", min_length=1, description="where the pods of admitted jobs are created")
     gang: GangSettings = GangSettings()
     workload_profile: WorkloadProfileSettings = WorkloadProfileSettings()
+    leader_election: LeaderElectionSettings = LeaderElectionSettings()
     poll_s: float = Field(1.0, gt=0, description="the scheduling loop wakes at least this often")
     bind_timeout_s: float = Field(30.0, gt=0)
     cluster_sync_timeout_s: float = Field(30.0, gt=0, description="how long to wait for the first lists")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tessera.cluster.kube import KubernetesCluster
+from tessera.cluster.leader import LeaderElector
 from tessera.core.runner import ServiceContext
 from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.service_layer.engine import SchedulingEngine
@@ -16,6 +17,8 @@ class ClusterConnection:
 
     cluster: KubernetesCluster
     side: ClusterSide
+    leader: LeaderElector | None = None
+    """Only the holder of the lease decides (none: leader election is off)."""
 
 
 @dataclass

@@ -76,6 +76,8 @@ class SchedulingEngine:
         self._version = -1
         self.state: EngineState | None = None
         self.cycles = 0
+        self.deciding = False
+        """Whether the loop runs (this replica leads); watch events are kept only meanwhile."""
         if cluster is not None:
             self.attach(cluster)
 
@@ -94,6 +96,8 @@ class SchedulingEngine:
         self._wake.set()
 
     def on_watch(self, kind: str, event: WatchEvent[object]) -> None:
+        if not self.deciding:
+            return  # a follower: the first cycle it leads rebuilds from the watches' cache anyway
         self._events.append((kind, event))
         self._wake.set()
 
@@ -106,13 +110,26 @@ class SchedulingEngine:
     # -- the loop --------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await self.cycle()
-            except Exception:
-                log.exception("scheduling cycle failed; state is rebuilt from the database and the cluster")
-                self.state = None
-            await self._sleep(stop)
+        """Decide, a cycle at a time, until ``stop``; then forget the state, so that running again
+        (this replica leading again) starts from a rebuild."""
+        self.deciding = True
+        try:
+            while not stop.is_set():
+                try:
+                    await self.cycle()
+                except Exception:
+                    log.exception(
+                        "scheduling cycle failed; state is rebuilt from the database and the cluster"
+                    )
+                    self.state = None
+                await self._sleep(stop)
+        finally:
+            self.deciding = False
+            self.state = None
+            self._events.clear()
+
+    def close(self) -> None:
+        """The service stops: the cycle's thread goes."""
         self._executor.shutdown(wait=False)
 
     async def _sleep(self, stop: asyncio.Event) -> None:

@@ -113,8 +113,16 @@ def scale_nodes(nodes: Sequence[NodeSpec], k: int) -> list[NodeSpec]:
     ]
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
 def run_workload(
-    label: str, nodes: Sequence[NodeSpec], pods: list[PodShape], policies: list[str], seeds: list[int]
+    label: str,
+    nodes: Sequence[NodeSpec],
+    pods: list[PodShape],
+    policies: list[str],
+    seeds: list[int],
+    clock: str = "wall",
 ) -> dict[str, PolicyRuns]:
     """Replay every (policy, seed) on a fresh cluster; progress goes to stderr."""
     profile = WorkloadProfile.from_pods(pods)
@@ -128,7 +136,7 @@ def run_workload(
             model = FragmentationModel(profile.typical, state)
             policy = make_policy(name, state, profile, seed)
             started = time.perf_counter()
-            result = replay(state, policy, sequences[seed], fragmentation=model)
+            result = replay(state, policy, sequences[seed], fragmentation=model, clock=CLOCKS[clock])
             alloc = ratio_curve(
                 result.arrived_milli, result.used_milli.astype(float), capacity, ARRIVAL_POINTS
             )
@@ -286,6 +294,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="replicate the node list K times, names made unique (default 1)",
     )
     parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="time decisions by the wall clock, or by this process's CPU time on a shared machine "
+        "(default wall)",
+    )
+    parser.add_argument(
         "--json", type=Path, help="write the per-policy summary here (variants go to <stem>_variants.json)"
     )
     parser.add_argument(
@@ -304,7 +319,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             workloads[variant] = derive_variant(pods, nodes, variant)
         panels = {}
         for label, workload in workloads.items():
-            panels[label] = summarise(run_workload(label, nodes, workload, args.policies, args.seeds))
+            panels[label] = summarise(
+                run_workload(label, nodes, workload, args.policies, args.seeds, args.clock)
+            )
     except PlacementInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -313,6 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for summary in panels.values():
         for entry in summary.values():
             entry["cluster"] = cluster
+            entry["clock"] = args.clock
     for label, summary in panels.items():
         title = label if label == args.pods.name else f"{label} ({VARIANTS[label]})"
         scaled = f" (node list x{args.scale})" if args.scale > 1 else ""

@@ -78,6 +78,8 @@ def test_the_placement_benchmark_runs_on_an_fgd_pod_list_and_a_scaled_cluster(
             "BestFit,FGD,Tessera",
             "--scale",
             "2",
+            "--clock",
+            "cpu",
             "--plot",
             str(tmp_path / "placement.png"),
             "--json",
@@ -89,7 +91,7 @@ def test_the_placement_benchmark_runs_on_an_fgd_pod_list_and_a_scaled_cluster(
     summary = json.loads(out.read_text())
     assert set(summary) == {"BestFit", "FGD", "Tessera"}
     for entry in summary.values():
-        assert entry["cluster"] == {"nodes": 6, "gpus": 24, "scale": 2}
+        assert entry["cluster"] == {"nodes": 6, "gpus": 24, "scale": 2} and entry["clock"] == "cpu"
         assert entry["seeds"] == 2 and entry["decisions_per_s"] > 0
         assert any(0 < a <= 100 for a in entry["alloc_curve_mean"])  # too few pods to land on every x
 

@@ -81,7 +81,8 @@ class TesseraPolicy:
         self._profile = profile
         self._rank = rank
         self._balance = balance_weight
-        self._cache = NodeScoreCache()
+        self._cache = NodeScoreCache()  # fragmentation growth and GPU slot, by shape without memory
+        self._costs = NodeScoreCache()  # the node's score (-cost) and GPU slot, by shape with memory
 
     def stranding_change(self, state: ClusterState, nodes: IntArray, pod: PodShape) -> FloatArray:
         """Growth of stranded GPU milli on each of `nodes` if `pod` went there."""
@@ -99,8 +100,9 @@ class TesseraPolicy:
         nodes = np.flatnonzero(state.feasible(pod))
         if nodes.size == 0:
             return None
+        frag_key = shape_key(pod)
 
-        def compute(stale: IntArray) -> tuple[FloatArray, IntArray]:
+        def compute_fragmentation(stale: IntArray) -> tuple[FloatArray, IntArray]:
             change = np.round(
                 fragmentation_change(self._model, state, stale, pod), _SCORE_DECIMALS
             )  # +inf where the GPU does not fit
@@ -111,11 +113,17 @@ class TesseraPolicy:
                 best = np.argmin(left, axis=1)
             return change[np.arange(stale.size), best], best.astype(np.int64)
 
-        frag_change, slots = self._cache.get(state, shape_key(pod), nodes, compute)
-        cost = frag_change
-        if self._balance:
-            cost = frag_change + self._balance * self.stranding_change(state, nodes, pod)
-        node = pick_best(nodes, -np.round(cost, _SCORE_DECIMALS), self._rank)
+        def compute_score(stale: IntArray) -> tuple[FloatArray, IntArray]:
+            # Both terms depend only on the node's own state, so a node's score is kept until the
+            # node changes: each decision scores again only the nodes changed since this shape's last.
+            frag_change, slots = self._cache.get(state, frag_key, stale, compute_fragmentation)
+            cost = frag_change
+            if self._balance:
+                cost = frag_change + self._balance * self.stranding_change(state, stale, pod)
+            return -np.round(cost, _SCORE_DECIMALS), slots
+
+        scores, slots = self._costs.get(state, shape_key(pod, with_memory=True), nodes, compute_score)
+        node = pick_best(nodes, scores, self._rank)
         if pod.is_sharing:
             return Placement(node, (int(slots[np.searchsorted(nodes, node)]),))
         return Placement(node, whole_gpus(state, node, pod.num_gpu))

@@ -1,0 +1,64 @@
+"""Usage and cost under `tessera up`: two tenants' jobs go through admission and the scheduler onto the
+devcluster, and `tessera usage --by tenant` shows both, each having used less than it held."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.harness import Stack, until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+JOBS = {
+    "usage-train": {
+        "name": "usage-train",
+        "tenant": "usage-team-a",
+        "queue": "default",
+        "pod_groups": [{"name": "worker", "replicas": 1, "cpu": "2", "memory": "8Gi", "gpu": {"count": 1}}],
+    },
+    "usage-serve": {
+        "name": "usage-serve",
+        "tenant": "usage-team-b",
+        "queue": "default",
+        "pod_groups": [{"name": "server", "replicas": 2, "cpu": "1", "memory": "4Gi", "gpu": {"milli": 300}}],
+    },
+}
+
+
+def test_two_tenants_jobs_show_in_tessera_usage_with_used_below_allocated(
+    stack: Stack, tmp_path: Path
+) -> None:
+    telemetry = json.loads((stack.state / "endpoints.json").read_text())["services"]["telemetry"]["base_url"]
+    ids = []
+    for name, spec in JOBS.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        submitted = stack.tessera("jobs", "submit", str(path))
+        assert submitted.returncode == 0, submitted.stderr
+        ids.append(submitted.stdout.strip())
+
+    def placed() -> bool:
+        states = [json.loads(stack.tessera("jobs", "get", i, "--json").stdout)["state"] for i in ids]
+        return all(s in ("placed", "running") for s in states)
+
+    until(placed, "both jobs placed", timeout=60)
+
+    def both_tenants() -> dict[str, Any] | None:
+        shown = stack.tessera("usage", "--by", "tenant", "--from", "1h", "--json", "--api", telemetry)
+        if shown.returncode != 0:
+            return None
+        rows = {r["group"]: r for r in json.loads(shown.stdout)["rows"]}
+        return rows if {"usage-team-a", "usage-team-b"} <= set(rows) else None
+
+    rows = until(both_tenants, "usage of both tenants", timeout=120)
+    for tenant in ("usage-team-a", "usage-team-b"):
+        assert rows[tenant]["allocated_gpu_hours"] > 0
+        assert rows[tenant]["used_gpu_hours"] < rows[tenant]["allocated_gpu_hours"]
+    table = stack.tessera("usage", "--by", "job", "--from", "1h", "--api", telemetry)
+    assert table.returncode == 0, table.stderr
+    assert "GPU usage by job" in table.stdout and "Top wasters" in table.stdout

@@ -149,7 +149,8 @@ async def test_a_vanished_leader_is_replaced_once_its_lease_runs_out() -> None:
     await until(lambda: b.elector.leading)
     took = asyncio.get_running_loop().time() - killed_at
     assert (
-        FAST.lease_duration_s - FAST.retry_period_s <= took < FAST.lease_duration_s + 4 * FAST.retry_period_s
+        # b last saw the lease renewed up to a retry (and its jitter) before a vanished
+        FAST.lease_duration_s - 2 * FAST.retry_period_s <= took < FAST.lease_duration_s + 1.0
     )
     await b.stopped()
     assert [name for name, what in timeline if what == "start"] == ["a", "b"]

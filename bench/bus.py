@@ -4,7 +4,10 @@
 
 Both run in one process against the same NATS and PostgreSQL (embedded ones unless --nats-url and
 --database-url are given), so their ratio is what the transactional outbox and the idempotent
-consumer cost over a bare publish."""
+consumer cost over a bare publish. Besides the path flat out (producers, relay and consumer at once)
+and its latency paced at a share of that rate, two figures split it: the producers alone (each
+transaction commits one event; the relay is off) and the bus alone (relay and consumer carrying a
+backlog the producers committed beforehand). CPU is this process's, in microseconds per message."""
 
 from __future__ import annotations
 
@@ -73,9 +76,17 @@ async def raw_publish_rate(nats_url: str, messages: int, window: int) -> float:
 
 
 async def outbox_path(
-    nats_url: str, database_url: str, messages: int, producers: int, rate_per_s: float | None = None
+    nats_url: str,
+    database_url: str,
+    messages: int,
+    producers: int,
+    rate_per_s: float | None = None,
+    *,
+    backlog: bool = False,
 ) -> dict[str, float]:
-    """Flat out when `rate_per_s` is None (throughput), else paced at that rate (latency)."""
+    """Flat out when `rate_per_s` is None (throughput), else paced at that rate (latency). With
+    `backlog`, the producers commit every message first (timed alone), then the relay and the
+    consumer carry them (timed alone)."""
     metadata = MetaData(schema=SERVICE)
     outbox, inbox = add_messaging_tables(metadata)
     admin = create_async_engine(async_url(database_url))
@@ -116,10 +127,16 @@ async def outbox_path(
         metrics,
         stop,
     )
-    tasks = [asyncio.create_task(relay.run()), asyncio.create_task(consumer.run())]
-    await consumer.subscribed.wait()
+    tasks: list[asyncio.Task[None]] = []
 
+    async def start_bus() -> None:
+        tasks.extend([asyncio.create_task(relay.run()), asyncio.create_task(consumer.run())])
+        await consumer.subscribed.wait()
+
+    if not backlog:
+        await start_bus()
     started = time.perf_counter()
+    cpu_started = time.process_time()
 
     async def produce(worker: int) -> None:
         for n in range(worker, messages, producers):
@@ -131,16 +148,26 @@ async def outbox_path(
             relay.wake()
 
     await asyncio.gather(*(produce(w) for w in range(producers)))
+    result: dict[str, float] = {}
+    if backlog:
+        result["producers_per_s"] = messages / (time.perf_counter() - started)
+        result["producers_cpu_us"] = (time.process_time() - cpu_started) / messages * 1e6
+        await start_bus()
+        started, cpu_started = time.perf_counter(), time.process_time()
     await asyncio.wait_for(done.wait(), timeout=300)
     elapsed = time.perf_counter() - started
+    cpu_us = (time.process_time() - cpu_started) / messages * 1e6
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     await nc.close()
     await engine.dispose()
+    if backlog:
+        return {**result, "bus_per_s": messages / elapsed, "bus_cpu_us": cpu_us}
     return {
         "e2e_per_s": messages / elapsed,
         "e2e_p50_ms": statistics.median(latencies),
         "e2e_p99_ms": percentile(latencies, 0.99),
+        "cpu_us": cpu_us,
     }
 
 
@@ -167,6 +194,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await nc.close()
         print(f"raw JetStream publish: {args.messages} messages ...", file=sys.stderr)
         raw = await raw_publish_rate(nats_url, args.messages, args.window)
+        print("producers alone, then relay and consumer alone ...", file=sys.stderr)
+        split = await outbox_path(nats_url, database_url, args.messages, args.producers, backlog=True)
         print(
             f"outbox -> relay -> consumer: {args.messages} messages, {args.producers} producers ...",
             file=sys.stderr,
@@ -189,6 +218,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "latency_at_load": args.load,
         "saturated_p50_ms": flat_out["e2e_p50_ms"],
         "saturated_p99_ms": flat_out["e2e_p99_ms"],
+        "e2e_cpu_us_per_msg": flat_out["cpu_us"],
+        "producers_per_s": split["producers_per_s"],
+        "producers_cpu_us_per_msg": split["producers_cpu_us"],
+        "bus_per_s": split["bus_per_s"],
+        "bus_cpu_us_per_msg": split["bus_cpu_us"],
         "messages": args.messages,
         "producers": args.producers,
     }
@@ -218,16 +252,25 @@ def main(argv: list[str] | None = None) -> None:
     if not 0 < args.load <= 1:
         parser.error("--load must be in (0, 1]")
     result = asyncio.run(run(args))
-    print(f"{'path':<34}{'per second':>12}{'p50 ms':>10}{'p99 ms':>10}")
-    print(f"{'raw JetStream publish':<34}{result['raw_publish_per_s']:>12.0f}{'':>10}{'':>10}")
+    print(f"{'path':<44}{'per second':>12}{'p50 ms':>10}{'p99 ms':>10}{'CPU us/msg':>12}")
+    print(f"{'raw JetStream publish':<44}{result['raw_publish_per_s']:>12.0f}")
     print(
-        f"{'outbox -> relay -> consumer':<34}{result['e2e_per_s']:>12.0f}{result['saturated_p50_ms']:>10.1f}"
-        f"{result['saturated_p99_ms']:>10.1f}"
+        f"{'outbox -> relay -> consumer, flat out':<44}{result['e2e_per_s']:>12.0f}"
+        f"{result['saturated_p50_ms']:>10.1f}{result['saturated_p99_ms']:>10.1f}"
+        f"{result['e2e_cpu_us_per_msg']:>12.0f}"
     )
     paced_label = f"  same, paced at {result['latency_at_load']:.0%}"
     print(
-        f"{paced_label:<34}{result['e2e_per_s'] * result['latency_at_load']:>12.0f}"
+        f"{paced_label:<44}{result['e2e_per_s'] * result['latency_at_load']:>12.0f}"
         f"{result['e2e_p50_ms']:>10.1f}{result['e2e_p99_ms']:>10.1f}"
+    )
+    print(
+        f"{'  producers alone (one event per commit)':<44}{result['producers_per_s']:>12.0f}{'':>20}"
+        f"{result['producers_cpu_us_per_msg']:>12.0f}"
+    )
+    print(
+        f"{'  relay + consumer alone (committed backlog)':<44}{result['bus_per_s']:>12.0f}{'':>20}"
+        f"{result['bus_cpu_us_per_msg']:>12.0f}"
     )
     print(f"ratio raw / e2e: {result['raw_publish_per_s'] / result['e2e_per_s']:.1f}x")
     if args.json:

@@ -1,4 +1,8 @@
-"""One `tessera up` (with its devcluster) shared by every end-to-end test, and helpers to drive it."""
+"""One `tessera up` (with its devcluster) shared by every end-to-end test, and helpers to drive it.
+
+Every service exports its spans to the session's OTLP collector (``tessera up --otlp-endpoint``),
+so a test can read a job's whole trace from ``stack.traces``.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from tessera.testing.otlp import OtlpCollector
+
 ROOT = Path(__file__).parents[2]
 KUBECTL_HINT = (
     "kubectl is a binary dependency of this test and was not found on PATH (e.g. /usr/bin/kubectl); "
@@ -30,6 +36,8 @@ class Stack:
     kubeconfig: Path
     nats_url: str
     kubectl_path: str
+    traces: OtlpCollector
+    """What every service exported (spans of every test: select by trace id or job id)."""
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
         result = subprocess.run(
@@ -69,16 +77,25 @@ def until(probe: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
 
 
+# The services' batch span processors export every 200 ms instead of every 5 s.
+EXPORT_DELAY_MS = "200"
+
+
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, otlp_collector: OtlpCollector) -> Iterator[Stack]:
     kubectl_path = shutil.which("kubectl")
     if kubectl_path is None:
         pytest.fail(KUBECTL_HINT)
     state = tmp_path_factory.mktemp("tessera-up-devcluster")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("TESSERA_", "OTEL_"))},
+        "OTEL_BSP_SCHEDULE_DELAY": EXPORT_DELAY_MS,
+    }
     log = (state / "up.log").open("w")
+    command = [sys.executable, "-m", "tessera.cli", "up", "--state-dir", str(state)]
+    command += ["--devcluster-speed", "10", "--otlp-endpoint", otlp_collector.endpoint]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tessera.cli", "up", "--state-dir", str(state), "--devcluster-speed", "10"],
+        command,
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
@@ -96,7 +113,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     endpoints = json.loads(endpoints_file.read_text())
     kubeconfig = Path(endpoints["kubeconfig"])
     env = {**env, "TESSERA_ADMISSION_URL": endpoints["admission_api_url"]}
-    yield Stack(state, env, kubeconfig, endpoints["nats_url"], kubectl_path)
+    yield Stack(state, env, kubeconfig, endpoints["nats_url"], kubectl_path, otlp_collector)
     proc.send_signal(signal.SIGINT)
     try:
         code = proc.wait(timeout=60)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from tessera.core.recording.wiring import observed_retention_h
+from pydantic import Field
+
 from tessera.core.settings import ServiceSettings, http_port, service_config
 
 
@@ -12,8 +13,39 @@ class ForecasterSettings(ServiceSettings):
     model_config = service_config("forecaster")
 
     http_port: int = http_port(8082)
-    # a row for every GPU sample, every few seconds: a day of them, not all of them for ever
-    observed_retention_h: float = observed_retention_h(24.0)
+    grpc_port: int = Field(
+        9090, ge=0, le=65535, description="KEDA external scaler (gRPC); 0 picks a free port"
+    )
+    grpc_host: str = Field("0.0.0.0", description="address the KEDA external scaler listens on")
+    step_s: float = Field(60.0, gt=0, description="seconds per step of every series")
+    horizon_steps: int = Field(15, ge=1, le=1440, description="steps forecast ahead")
+    window_steps: int = Field(6, ge=1, description="the window the margin is judged over, in steps")
+    history_h: float = Field(24.0, gt=0, description="hours of history each refit sees")
+    refit_every_steps: int = Field(60, ge=1, description="steps between backtests that choose the model")
+    margin_q: float = Field(
+        0.9, ge=0, le=1, description="quantile of recent under-forecasts served as margin"
+    )
+    margin_window: int = Field(240, ge=1, description="resolved forecasts the margin learns from")
+    min_history_steps: int = Field(60, ge=10, description="steps of history before a series is forecast")
+    season_steps: int | None = Field(
+        None, ge=2, description="a season length in steps for the seasonal naive candidate (1440: a day)"
+    )
+    default_window_s: float = Field(300.0, gt=0, description="prediction window when a request names none")
+    observations_retention_h: float = Field(
+        192.0, gt=0, description="observations older than this are deleted"
+    )
+    errors_retention_h: float = Field(
+        48.0, gt=0, description="judged forecast errors older than this are deleted"
+    )
+    kubeconfig: str | None = Field(
+        None, description="with a kubeconfig, the forecaster runs the PredictiveAutoscaler controller"
+    )
+    scaler_address: str = Field(
+        "tessera-forecaster.tessera.svc:9090", description="the external scaler address ScaledObjects name"
+    )
+    controller_interval_s: float = Field(
+        15.0, gt=0, description="how often PredictiveAutoscalers are reconciled"
+    )
 
 
 @lru_cache

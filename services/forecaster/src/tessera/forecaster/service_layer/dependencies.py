@@ -1,0 +1,43 @@
+"""What the forecaster's handlers, loops and routes share, built once in `bootstrap.py`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from tessera.forecaster.domain.model import Series
+from tessera.forecaster.domain.selection import Candidate
+from tessera.forecaster.service_layer.engine import EngineConfig, SeriesForecaster
+from tessera.forecaster.service_layer.unit_of_work import ForecasterUnitOfWork
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class ForecasterDeps:
+    uow: Callable[[], ForecasterUnitOfWork]
+    stop: asyncio.Event
+    step_s: float
+    engine: EngineConfig
+    candidates: Callable[[], Sequence[Candidate]]
+    history_s: float
+    default_window_s: float
+    clock: Callable[[], datetime] = utc_now
+    #: the in-memory state of each series' forecaster (fitted models, pending forecasts)
+    forecasters: dict[int, SeriesForecaster] = field(default_factory=dict)
+    #: series already stored, by key, so a sample costs no lookup
+    known_series: dict[str, Series] = field(default_factory=dict)
+    #: set to run a round now rather than at the next step
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    #: set when a round finished (tests and the controller wait on it)
+    round_done: asyncio.Event = field(default_factory=asyncio.Event)
+    rounds: int = 0
+
+    def forecaster(self, series_id: int) -> SeriesForecaster:
+        if series_id not in self.forecasters:
+            self.forecasters[series_id] = SeriesForecaster(self.engine, self.candidates)
+        return self.forecasters[series_id]

@@ -1,0 +1,160 @@
+"""Per-series forecasting: a backtest chooses the model on a schedule, and every step the chosen model
+forecasts from the newest data; the margin learns from resolved forecasts. CPU-bound and synchronous:
+the loop runs it in a worker thread, and the benchmark runs it as it is. Nothing here fits on a request."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tessera.forecaster.domain.checks import Degraded, InputPolicy, prepare
+from tessera.forecaster.domain.forecast import Forecast
+from tessera.forecaster.domain.margin import MarginLearner
+from tessera.forecaster.domain.selection import BacktestPlan, Candidate, Fitted, Selection, backtest
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    horizon: int = 12
+    """steps forecast ahead (at least the widest window served)"""
+    window_steps: int = 6
+    """the window whose maximum is served, and over which forecasts are judged for the margin"""
+    refit_every_steps: int = 60
+    train_steps: int = 720
+    backtest_origins: int = 8
+    backtest_stride: int = 6
+    margin_q: float = 0.9
+    margin_window: int = 240
+    min_errors: int = 10
+    inputs: InputPolicy = field(default_factory=InputPolicy)
+
+    @property
+    def plan(self) -> BacktestPlan:
+        return BacktestPlan(self.horizon, self.backtest_origins, self.backtest_stride, self.train_steps)
+
+
+@dataclass
+class _Model:
+    name: str
+    fitted: Fitted
+    fitted_at: datetime
+    steps_since_fit: int = 0
+
+
+@dataclass
+class _Pending:
+    """A forecast not yet judged: its served base (window maximum) waits for the window to pass."""
+
+    origin: datetime
+    base: float
+    model: str
+
+
+@dataclass(frozen=True)
+class Update:
+    """One step of one series: a forecast, or the reason there is none; a new selection when it refit;
+    errors judged in this step (origin, model, forecast, actual)."""
+
+    forecast: Forecast | None
+    degraded: Degraded | None
+    last_value: float | None
+    selection: Selection | None = None
+    fit_seconds: float = 0.0
+    judged: tuple[tuple[datetime, str, float, float], ...] = ()
+
+
+@dataclass
+class SeriesForecaster:
+    """The in-memory state of one series: its fitted model, its margin learner, its pending forecasts."""
+
+    config: EngineConfig
+    candidates: Callable[[], Sequence[Candidate]]
+    clock: Callable[[], float] = time.perf_counter
+    model: _Model | None = None
+    learner: MarginLearner = field(init=False)
+    pending: list[_Pending] = field(default_factory=list)
+    fit_seconds: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        c = self.config
+        self.learner = MarginLearner(c.margin_q, c.margin_window, c.min_errors)
+
+    def seed_errors(self, errors: Sequence[float]) -> None:
+        """Errors kept from before a restart."""
+        self.learner.extend(errors)
+
+    def judge(
+        self, values: Sequence[float | None], end: datetime, step_s: float
+    ) -> list[tuple[datetime, str, float, float]]:
+        """Judge pending forecasts whose window has passed: `values` end at step `end`."""
+        judged = []
+        keep = []
+        w = self.config.window_steps
+        for p in self.pending:
+            offset = round((end - p.origin).total_seconds() / step_s)  # steps after the origin now known
+            if offset < w:
+                keep.append(p)
+                continue
+            first = len(values) - offset  # index of the step after the origin
+            window = [v for v in values[max(0, first) : first + w] if v is not None and math.isfinite(v)]
+            if first >= 0 and window:
+                actual = max(window)
+                self.learner.observe(p.base, actual)
+                judged.append((p.origin, p.model, p.base, actual))
+        self.pending = keep
+        return judged
+
+    def step(self, values: Sequence[float | None], end: datetime, step_s: float) -> Update:
+        """Forecast the steps after `end` (the newest complete step) from `values`, which end there."""
+        judged = tuple(self.judge(values, end, step_s))
+        last = next((v for v in reversed(values) if v is not None and math.isfinite(v)), None)
+        prepared = prepare(values, self.config.inputs)
+        if prepared.degraded is not None:
+            return Update(None, prepared.degraded, last, judged=judged)
+        history = prepared.values
+        selection: Selection | None = None
+        fit_s = 0.0
+        c = self.config
+        if self.model is None or self.model.steps_since_fit >= c.refit_every_steps:
+            started = self.clock()
+            selection = backtest(history, self.candidates(), c.plan, self.clock)
+            if selection.chosen is None:
+                self.model = None
+                fit_s = self.clock() - started
+                return Update(None, Degraded.FIT_FAILED, last, selection, fit_s, judged)
+            chosen = next(x for x in self.candidates() if x.name == selection.chosen)
+            try:
+                fitted = chosen.fit(history[-c.train_steps :], c.horizon)
+            except Exception:
+                self.model = None
+                return Update(None, Degraded.FIT_FAILED, last, selection, self.clock() - started, judged)
+            self.model = _Model(chosen.name, fitted, end)
+            fit_s = self.clock() - started
+            self.fit_seconds.append(fit_s)
+        assert self.model is not None
+        self.model.steps_since_fit += 1
+        try:
+            predicted = self.model.fitted.predict(history[-c.train_steps :], c.horizon)
+        except Exception:
+            self.model = None  # refit at the next step
+            return Update(None, Degraded.FIT_FAILED, last, selection, fit_s, judged)
+        if len(predicted) < c.horizon or not all(math.isfinite(v) for v in predicted):
+            self.model = None
+            return Update(None, Degraded.FIT_FAILED, last, selection, fit_s, judged)
+        predicted = [max(0.0, v) for v in predicted]  # a load is never negative
+        margin = self.learner.margin() or 0.0
+        hour = history[-max(1, round(3600 / step_s)) :]
+        forecast = Forecast(
+            origin=end,
+            step_s=step_s,
+            values=tuple(predicted),
+            model=self.model.name,
+            margin=margin,
+            level=sum(hour) / len(hour),
+            last_value=history[-1],
+        )
+        self.pending.append(_Pending(end, max(predicted[: c.window_steps]), self.model.name))
+        return Update(forecast, None, last, selection, fit_s, judged)

@@ -14,6 +14,7 @@ from tessera.forecaster.config import ForecasterSettings, get_settings
 from tessera.forecaster.domain.checks import InputPolicy
 from tessera.forecaster.entrypoints.api import router
 from tessera.forecaster.entrypoints.loops import forecast_every_step
+from tessera.forecaster.entrypoints.scaler import scaler_task
 from tessera.forecaster.service_layer import handlers as on
 from tessera.forecaster.service_layer.dependencies import ForecasterDeps
 from tessera.forecaster.service_layer.engine import EngineConfig
@@ -65,7 +66,7 @@ def build(settings: ForecasterSettings) -> ServiceDefinition[ForecasterDeps]:
         dependencies=dependencies,
         consumers=consumers,
         routers=[router],
-        background=[forecast_every_step],
+        background=[forecast_every_step, scaler_task(settings.grpc_host, settings.grpc_port)],
         retention=[
             RetentionRule(orm.observations, "at", settings.observations_retention_h * 3600),
             RetentionRule(orm.forecast_errors, "origin_at", settings.errors_retention_h * 3600),

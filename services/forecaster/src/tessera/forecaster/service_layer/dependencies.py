@@ -36,6 +36,8 @@ class ForecasterDeps:
     #: set when a round finished (tests and the controller wait on it)
     round_done: asyncio.Event = field(default_factory=asyncio.Event)
     rounds: int = 0
+    #: the port the KEDA external scaler listens on, once it does
+    scaler_port: int | None = None
 
     def forecaster(self, series_id: int) -> SeriesForecaster:
         if series_id not in self.forecasters:

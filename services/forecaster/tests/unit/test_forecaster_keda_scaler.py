@@ -1,0 +1,155 @@
+"""The KEDA external scaler over real gRPC, called by a client built from KEDA's externalscaler.proto as
+KEDA calls it, and the external metrics API, both on in-memory repositories."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from tessera.forecaster.adapters.externalscaler import externalscaler_pb2 as pb
+from tessera.forecaster.adapters.externalscaler import externalscaler_pb2_grpc as pb_grpc
+from tessera.forecaster.domain.forecast import Forecast
+from tessera.forecaster.domain.model import LatestForecast, Series
+from tessera.forecaster.domain.series import SeriesKey
+from tessera.forecaster.entrypoints.api import router
+from tessera.forecaster.entrypoints.scaler import start_scaler
+from tessera.forecaster.service_layer.dependencies import ForecasterDeps
+from tessera.forecaster.service_layer.engine import EngineConfig
+from tessera.forecaster.service_layer.unit_of_work import ForecasterUnitOfWork
+from tessera.testing.fakes import FakeUnitOfWork
+
+NOW = datetime(2026, 11, 25, 5, 0, 30, tzinfo=UTC)
+ORIGIN = NOW.replace(second=0) - timedelta(minutes=1)
+
+
+class Store:
+    def __init__(self) -> None:
+        self.series: list[Series] = []
+        self.latest: dict[int, LatestForecast] = {}
+
+
+class Repos:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def matching(self, metric: str, selector: dict[str, str]) -> list[Series]:
+        return [s for s in self.store.series if s.key.matches(metric, selector)]
+
+    async def all(self) -> list[Series]:
+        return list(self.store.series)
+
+    async def get(self, series_id: int) -> Any:
+        return self.store.latest.get(series_id)
+
+
+class FakeForecasterUnitOfWork(FakeUnitOfWork, ForecasterUnitOfWork):
+    store = Store()
+
+    def open_repositories(self, session: object) -> None:
+        repos = Repos(self.store)
+        self.series = repos  # type: ignore[assignment]
+        self.forecasts = repos  # type: ignore[assignment]
+        self.models = repos  # type: ignore[assignment]
+
+
+def forecast(series_id: int, values: tuple[float, ...], margin: float = 0.0) -> LatestForecast:
+    return LatestForecast(
+        series_id, Forecast(ORIGIN, 60.0, values, "ets", margin), None, values[0], ORIGIN, NOW
+    )
+
+
+@pytest.fixture
+def deps() -> ForecasterDeps:
+    store = Store()
+    store.series = [
+        Series(1, SeriesKey.of("requests_per_s", {"app": "chat"}), 60.0),
+        Series(2, SeriesKey.of("requests_per_s", {"app": "search"}), 60.0),
+    ]
+    store.latest = {1: forecast(1, (2.0, 8.0, 3.0, 1.0), margin=0.5), 2: forecast(2, (0.0, 0.0, 0.0, 0.0))}
+    FakeForecasterUnitOfWork.store = store
+    return ForecasterDeps(
+        uow=FakeForecasterUnitOfWork,
+        stop=asyncio.Event(),
+        step_s=60.0,
+        engine=EngineConfig(),
+        candidates=list,
+        history_s=3600.0,
+        default_window_s=120.0,
+        clock=lambda: NOW,
+    )
+
+
+@pytest.fixture
+async def keda(deps: ForecasterDeps) -> AsyncIterator[pb_grpc.ExternalScalerStub]:
+    server, port = await start_scaler(deps, "127.0.0.1", 0)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield pb_grpc.ExternalScalerStub(channel)  # type: ignore[no-untyped-call]
+    deps.stop.set()
+    await server.stop(grace=0)
+
+
+def ref(**metadata: str) -> pb.ScaledObjectRef:
+    return pb.ScaledObjectRef(name="chat", namespace="serving", scalerMetadata=metadata)
+
+
+CHAT = {"predictiveAutoscaler": "chat", "metric": "requests_per_s", "selector": "app=chat", "target": "2.5"}
+
+
+async def test_keda_gets_the_metric_spec_and_the_served_value_as_floats(keda: Any) -> None:
+    spec = await keda.GetMetricSpec(ref(**CHAT, windowSeconds="120"))
+    (metric,) = spec.metricSpecs
+    assert (metric.metricName, metric.targetSizeFloat, metric.targetSize) == ("tessera-chat", 2.5, 3)
+    metrics = await keda.GetMetrics(
+        pb.GetMetricsRequest(scaledObjectRef=ref(**CHAT), metricName=metric.metricName)
+    )
+    (value,) = metrics.metricValues
+    # the largest forecast over the next two minutes (8.0) plus the margin (0.5)
+    assert (value.metricName, value.metricValueFloat, value.metricValue) == ("tessera-chat", 8.5, 9)
+    assert (await keda.IsActive(ref(**CHAT))).result is True
+
+
+async def test_a_series_forecast_at_zero_is_not_active(keda: Any) -> None:
+    idle = {**CHAT, "selector": "app=search"}
+    assert (await keda.IsActive(ref(**idle))).result is False
+    stream = keda.StreamIsActive(ref(**idle))
+    first = await asyncio.wait_for(stream.read(), 5)
+    assert first.result is False  # the state is sent at once
+    stream.cancel()
+
+
+async def test_an_unknown_metric_is_not_found_and_missing_metadata_is_invalid(keda: Any) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as unknown:
+        await keda.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref(**{**CHAT, "metric": "nothing"})))
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.aio.AioRpcError) as invalid:
+        await keda.IsActive(ref(metric="requests_per_s"))
+    assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_the_external_metrics_api_serves_an_external_metric_value_list(deps: ForecasterDeps) -> None:
+    app = FastAPI()
+    app.include_router(router)
+    app.state.deps = deps
+    client = TestClient(app)
+    response = client.get(
+        "/apis/external.metrics.k8s.io/v1beta1/namespaces/serving/requests_per_s",
+        params={"labelSelector": "app=chat,window=120"},
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["kind"], body["apiVersion"]) == (
+        "ExternalMetricValueList",
+        "external.metrics.k8s.io/v1beta1",
+    )
+    (item,) = body["items"]
+    assert item["value"] == "8500m" and item["windowSeconds"] == 120
+    assert item["metricLabels"]["tessera.io/source"] == "forecast"
+    missing = client.get("/apis/external.metrics.k8s.io/v1beta1/namespaces/serving/nothing")
+    assert missing.status_code == 404

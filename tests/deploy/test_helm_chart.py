@@ -169,6 +169,9 @@ RAW_API_PATHS = {
     "services/telemetry/src/tessera/telemetry/adapters/sources/devcluster.py": (
         "the devcluster source reads the devcluster's own HTTP server, never a real cluster"
     ),
+    "services/forecaster/src/tessera/forecaster/entrypoints/api.py": (
+        "the forecaster serves the external metrics API (an APIService's backend); it requests nothing"
+    ),
 }
 
 
@@ -487,9 +490,12 @@ def test_the_readme_documents_every_value() -> None:
     assert missing == []
 
 
-def test_the_chart_ships_the_podgroup_crd_of_deploy_crds() -> None:
-    name = "scheduling.x-k8s.io_podgroups.yaml"
+@pytest.mark.parametrize(
+    "name", ["scheduling.x-k8s.io_podgroups.yaml", "tessera.io_predictiveautoscalers.yaml"]
+)
+def test_the_chart_ships_the_crds_of_deploy_crds(name: str) -> None:
     assert (CHART / "crds" / name).read_bytes() == (ROOT / "deploy" / "crds" / name).read_bytes()
-    assert [crd["metadata"]["name"] for crd in render(VALUE_SETS["default"]).crds] == [
-        "podgroups.scheduling.x-k8s.io"
+    assert sorted(crd["metadata"]["name"] for crd in render(VALUE_SETS["default"]).crds) == [
+        "podgroups.scheduling.x-k8s.io",
+        "predictiveautoscalers.tessera.io",
     ]

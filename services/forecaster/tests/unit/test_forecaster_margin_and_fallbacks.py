@@ -157,10 +157,10 @@ def test_the_engine_judges_a_forecast_once_its_window_has_passed_and_learns_the_
     engine.step(values, T0, 60.0)  # forecasts SERIES[-1] (= 5.0) for the next 2 steps
     values.append(7.0)
     assert engine.step(values, T0 + timedelta(minutes=1), 60.0).judged == ()
-    values.append(6.0)
+    values.append(6.5)
     judged = engine.step(values, T0 + timedelta(minutes=2), 60.0).judged
-    assert judged[0] == (T0, "flat", 5.0, 7.0)
-    assert engine.learner.margin() == 2.0
+    assert judged[0] == (T0, "flat", 5.0, 6.5)  # against the load at the window's end
+    assert engine.learner.margin() == 1.5
 
 
 def test_replicas_round_up_within_bounds() -> None:

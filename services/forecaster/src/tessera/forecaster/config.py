@@ -37,15 +37,6 @@ class ForecasterSettings(ServiceSettings):
     errors_retention_h: float = Field(
         48.0, gt=0, description="judged forecast errors older than this are deleted"
     )
-    kubeconfig: str | None = Field(
-        None, description="with a kubeconfig, the forecaster runs the PredictiveAutoscaler controller"
-    )
-    scaler_address: str = Field(
-        "tessera-forecaster.tessera.svc:9090", description="the external scaler address ScaledObjects name"
-    )
-    controller_interval_s: float = Field(
-        15.0, gt=0, description="how often PredictiveAutoscalers are reconciled"
-    )
 
 
 @lru_cache

@@ -46,7 +46,8 @@ class _Model:
 
 @dataclass
 class _Pending:
-    """A forecast not yet judged: its served base (window maximum) waits for the window to pass."""
+    """A forecast not yet judged: its served base (window maximum) is judged against the load at the
+    window's end, when replicas started at its origin are up (the window is the actuation lag)."""
 
     origin: datetime
     base: float
@@ -98,10 +99,9 @@ class SeriesForecaster:
             if offset < w:
                 keep.append(p)
                 continue
-            first = len(values) - offset  # index of the step after the origin
-            window = [v for v in values[max(0, first) : first + w] if v is not None and math.isfinite(v)]
-            if first >= 0 and window:
-                actual = max(window)
+            at_end = len(values) - offset + w - 1  # the window's last step
+            actual = values[at_end] if 0 <= at_end < len(values) else None
+            if actual is not None and math.isfinite(actual):
                 self.learner.observe(p.base, actual)
                 judged.append((p.origin, p.model, p.base, actual))
         self.pending = keep

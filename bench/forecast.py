@@ -20,7 +20,8 @@ from what was known at t-L:
   reactive   the demand at t-L plus a headroom of h replicas;
   hpa        reactive, with a 5-step scale-down window (the largest recommendation of the last 5 steps);
   tessera    the largest forecast over the next L steps from t-L, plus the margin learned online: the
-             q-quantile of the last 240 errors of that same quantity, judged once known.
+             q-quantile of the last 240 shortfalls of that value against the load at the window's end
+             (when replicas decided at the origin are up), each judged once known.
 under_pct is the share of steps with fewer replicas than ceil(demand / capacity); over_replicas the mean
 of the replicas above it. cost_at_X searches each policy's one margin parameter (h, h, q) so that X% of
 steps are under-provisioned and reports over_replicas there (null when no value reaches it). The
@@ -144,10 +145,10 @@ class Simulation:
         # tessera's base at each origin: the largest forecast over the next L steps (reactive where none)
         base = np.where(np.isnan(forecasts[:, 0]), y, np.nanmax(forecasts[:, :lag], axis=1))
         self.base = base
-        # the same quantity's actual value, known L steps after its origin
+        # what it is judged against: the load at the window's end, when replicas decided at the origin
+        # are up (known L steps after the origin)
         actual = np.full(T, np.nan)
-        for o in range(T - lag):
-            actual[o] = y[o + 1 : o + lag + 1].max()
+        actual[: T - lag] = y[lag:]
         self.errors = actual - base
 
     def evaluate(self, replicas: np.ndarray) -> dict[str, float]:

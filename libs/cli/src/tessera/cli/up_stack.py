@@ -154,6 +154,9 @@ def plan_services(
             env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp_endpoint
         if name == "admission":  # the local stack is open unless the caller asks for tokens
             env["TESSERA_ADMISSION_AUTH"] = os.environ.get("TESSERA_ADMISSION_AUTH", "disabled")
+        if name == "forecaster":  # its KEDA scaler on a free port: stacks side by side never collide
+            env["TESSERA_FORECASTER_GRPC_HOST"] = HOST
+            env["TESSERA_FORECASTER_GRPC_PORT"] = "0"
         if name == "telemetry" and cluster_file is not None:
             env["TESSERA_TELEMETRY_CLUSTER_FILE"] = str(cluster_file)
         if name == "telemetry" and devcluster_url is not None:

@@ -236,7 +236,8 @@ def schema() -> dict[str, Any]:
             {
                 "serviceMonitors": _closed(
                     {"enabled": {"type": "boolean"}, "interval": _string(), "labels": _map()}
-                )
+                ),
+                "dashboards": _closed({"enabled": {"type": "boolean"}, "labels": _map()}),
             }
         ),
         "tessera-lib": {"type": "object"},

@@ -97,6 +97,23 @@ def test_service_monitors_are_optional_and_scrape_metrics() -> None:
     assert render(VALUE_SETS["default"]).of_kind("ServiceMonitor") == []
 
 
+def test_grafana_dashboards_are_optional_configmaps_identical_to_the_repository_s() -> None:
+    on = merged(VALUE_SETS["default"], {"monitoring": {"dashboards": {"enabled": True}}})
+    maps = [
+        m for m in render(on).of_kind("ConfigMap") if m["metadata"]["name"].startswith("tessera-dashboard-")
+    ]
+    shipped = sorted((ROOT / "deploy" / "grafana").glob("*.json"))
+    assert sorted(m["metadata"]["name"] for m in maps) == [f"tessera-dashboard-{p.stem}" for p in shipped]
+    for config_map in maps:
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        ((name, body),) = config_map["data"].items()
+        assert json.loads(body) == json.loads((ROOT / "deploy" / "grafana" / name).read_text())
+    chart_copies = sorted((ROOT / "helm" / "tessera" / "dashboards").glob("*.json"))
+    assert [p.read_bytes() for p in chart_copies] == [p.read_bytes() for p in shipped]
+    off = render(VALUE_SETS["default"]).of_kind("ConfigMap")
+    assert not [m for m in off if m["metadata"]["name"].startswith("tessera-dashboard-")]
+
+
 # -- RBAC: exactly the table in libs/cluster --------------------------------------------------------------
 
 

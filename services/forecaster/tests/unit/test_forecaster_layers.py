@@ -1,17 +1,13 @@
-"""The forecaster service's layers, checked on its source: a pure domain (no model library either), SQL only in adapters, and a
-service layer that never reaches into entry points or the wiring."""
+"""The forecaster's layers, checked on its source: a pure domain (no model library either), SQL only
+in adapters, a service layer that never reaches into entry points or the wiring, and no import cycle."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 
-import tessera.forecaster
+from tessera.testing.architecture import SourceTree
 
-ROOT = Path(tessera.forecaster.__file__).resolve().parent
-MODULES = {str(path.relative_to(ROOT).with_suffix("")): path for path in sorted(ROOT.rglob("*.py"))}
+SOURCE = SourceTree("tessera.forecaster")
 INFRASTRUCTURE = (
     "sqlalchemy",
     "asyncpg",
@@ -22,54 +18,31 @@ INFRASTRUCTURE = (
     "darts",
     "statsforecast",
     "numpy",
-    "tessera.core",
     "tessera.cluster",
 )
 
 
-def imports(module: str) -> set[str]:
-    """What `module` imports at run time (imports for type checking alone are left out)."""
-    found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            return
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(ast.parse(MODULES[module].read_text()))
-    return found
+def test_there_is_something_to_check() -> None:
+    assert SOURCE.layer("domain") and SOURCE.layer("service_layer") and SOURCE.layer("adapters")
 
 
-def in_layer(layer: str) -> list[str]:
-    return [m for m in MODULES if m.startswith(f"{layer}/")]
-
-
-@pytest.mark.parametrize("module", in_layer("domain"))
+@pytest.mark.parametrize("module", SOURCE.layer("domain"))
 def test_the_domain_is_pure(module: str) -> None:
-    outer = (
-        "tessera.forecaster.adapters",
-        "tessera.forecaster.service_layer",
-        "tessera.forecaster.entrypoints",
-    )
-    wrong = {name for name in imports(module) if name.startswith(INFRASTRUCTURE + outer)}
+    wrong = SOURCE.impure_domain_imports(module, INFRASTRUCTURE)
     assert not wrong, f"{module} imports {sorted(wrong)}"
 
 
-@pytest.mark.parametrize("module", [m for m in MODULES if not m.startswith("adapters/")])
+@pytest.mark.parametrize("module", SOURCE.outside("adapters"))
 def test_sql_stays_in_adapters(module: str) -> None:
-    assert not any(name.split(".")[0] in ("sqlalchemy", "asyncpg") for name in imports(module))
+    # a unit of work names the session's type for mypy alone (`if TYPE_CHECKING:`)
+    assert not SOURCE.sql_imports(module, at_run_time=True), f"{module} uses SQL outside adapters/"
 
 
-@pytest.mark.parametrize("module", in_layer("service_layer"))
+@pytest.mark.parametrize("module", SOURCE.layer("service_layer"))
 def test_the_service_layer_does_not_import_entrypoints_or_bootstrap(module: str) -> None:
-    wrong = {
-        n
-        for n in imports(module)
-        if n.startswith(("tessera.forecaster.entrypoints", "tessera.forecaster.bootstrap"))
-    }
+    wrong = SOURCE.service_layer_reaches_out(module)
     assert not wrong, f"{module} imports {sorted(wrong)}"
+
+
+def test_no_import_cycles() -> None:
+    assert SOURCE.import_cycle() is None, " -> ".join(SOURCE.import_cycle() or [])

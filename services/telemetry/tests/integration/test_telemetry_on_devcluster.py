@@ -294,14 +294,21 @@ async def test_two_tenants_jobs_are_billed_with_used_below_allocated_and_an_idle
         app.include_router(router)
         app.state.deps = service.deps
 
+        seen: dict[str, dict[str, object]] = {}
+
         async def by_tenant() -> dict[str, dict[str, object]] | None:
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
                 body = (await http.get("/v1/usage", params={"by": "tenant"})).json()
-            rows = {r["group"]: r for r in body["rows"]}
-            ready = {"team-a", "team-b"} <= set(rows) and rows["team-b"]["idle_gpu_hours"] > 0
-            return rows if ready else None
+            seen.clear()
+            seen.update({r["group"]: r for r in body["rows"]})
+            ready = {"team-a", "team-b"} <= set(seen) and seen["team-b"]["idle_gpu_hours"] > 0
+            return dict(seen) if ready else None
 
-        rows = await eventually(by_tenant, what="usage of both tenants with an idle job", timeout=30)
+        # generous: a loaded 2-core CI machine runs the sampler, the relay and the consumers slowly
+        try:
+            rows = await eventually(by_tenant, what="usage of both tenants with an idle job", timeout=90)
+        except AssertionError as timed_out:
+            raise AssertionError(f"{timed_out}; usage rows at the end: {seen}") from None
         for tenant in ("team-a", "team-b"):
             assert 0 < rows[tenant]["used_gpu_hours"] < rows[tenant]["allocated_gpu_hours"]
             assert 0 < rows[tenant]["utilisation_pct"] < 100
@@ -315,5 +322,5 @@ async def test_two_tenants_jobs_are_billed_with_used_below_allocated_and_an_idle
         async def recommended() -> list[dict[str, object]]:
             return await events(nats_url, subjects.RIGHTSIZING_RECOMMENDED)
 
-        found = await eventually(recommended, what="a rightsizing recommendation", timeout=30)
+        found = await eventually(recommended, what="a rightsizing recommendation", timeout=90)
         assert any(e["pod"] == "sleepy-0" and e["tenant"] == "team-b" for e in found)

@@ -306,6 +306,9 @@ class Accountant:
                     )
                 row = found
                 self._current[run_key] = (hour, row)
+            if row.job_id == UNKNOWN and (known := jobs.get(s.pod)) is not None:
+                # the placement arrived after the pod's first readings: its hour is the job's
+                row.job_id, row.queue, row.tenant = known.job_id, known.queue, known.tenant
             if row.job_id == UNKNOWN:
                 self.stats.unknown_pod_shares += 1
             self.stats.shares += 1

@@ -192,6 +192,21 @@ def test_unknown_pods_are_billed_to_unknown_and_counted() -> None:
     assert accountant.stats.unknown_pod_shares == 3
 
 
+def test_a_pod_read_before_its_placement_arrived_is_billed_to_its_job_once_it_is_known() -> None:
+    accountant = Accountant()
+    run(accountant, [10.0] * 3, pod="late", jobs={})
+    run(
+        accountant,
+        [10.0] * 3,
+        pod="late",
+        start=T0 + timedelta(seconds=30),
+        jobs={"late": JobRef("job-9", "q", "tenant-b")},
+    )
+    (row,) = accountant.rows.values()
+    assert (row.job_id, row.queue, row.tenant) == ("job-9", "q", "tenant-b")
+    assert row.samples == 6
+
+
 def test_a_node_clock_far_off_is_clamped_and_reported() -> None:
     accountant = Accountant(AccountingPolicy(max_skew_s=30))
     shares = split_reading(10, 0, [holder("solo")])

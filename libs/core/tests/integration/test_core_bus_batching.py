@@ -118,6 +118,46 @@ async def test_the_relay_drains_more_rows_than_one_batch_in_order(
     assert js.sent == job_ids and await outbox_jobs(engine) == []
 
 
+class CountingRelay(OutboxRelay):
+    """Tells how many rows each round published."""
+
+    rounds: asyncio.Queue[int]
+
+    async def publish_batch_outcomes(self) -> tuple[int, int]:
+        outcome = await super().publish_batch_outcomes()
+        self.rounds.put_nowait(outcome[0])
+        return outcome
+
+
+async def test_commits_that_wake_the_relay_together_go_out_in_one_round(
+    db: tuple[AsyncEngine, async_sessionmaker[AsyncSession]],
+) -> None:
+    engine, sessions = db
+    js, stop = JetStream(), asyncio.Event()
+    r = CountingRelay(js, sessions, outbox, Metrics(), stop, poll_s=60, linger_s=3.0)  # type: ignore[arg-type]
+    r.rounds = asyncio.Queue()
+    task = asyncio.create_task(r.run())
+    try:
+        # the first round finds the outbox empty, then the relay waits for a wake
+        assert await asyncio.wait_for(r.rounds.get(), timeout=30) == 0
+        await fill_outbox(sessions, ["j1"])
+        r.wake()
+        await fill_outbox(sessions, ["j2", "j3"])  # committed while the relay lingers
+        r.wake()
+        published = await asyncio.wait_for(r.rounds.get(), timeout=30)
+    finally:
+        stop.set()
+        r.wake()
+        await task
+    assert published == 3, "the woken relay waited for the commits of that moment"
+    assert js.sent == ["j1", "j2", "j3"] and await outbox_jobs(engine) == []
+
+
+def test_a_negative_linger_is_refused() -> None:
+    with pytest.raises(ValueError, match="linger_s must not be negative"):
+        OutboxRelay(JetStream(), None, outbox, Metrics(), asyncio.Event(), linger_s=-1)  # type: ignore[arg-type]
+
+
 class Msg:
     def __init__(self, job_id: str, event_id: str | None = None) -> None:
         self.subject, self.headers, self.data = encode(SubmitJob(job_id=job_id, spec={}), "test")

@@ -122,7 +122,9 @@ async def test_retention_deletes_only_rows_older_than_the_rule_at_the_given_time
     assert await count(engine, inbox) == 0
 
 
-async def test_a_new_schema_s_first_migration_creates_its_outbox_and_inbox(fresh_database: str) -> None:
+async def test_a_new_schema_s_first_migration_creates_its_outbox_its_dead_letters_and_inbox(
+    fresh_database: str,
+) -> None:
     from alembic.migration import MigrationContext
     from alembic.operations import Operations
     from sqlalchemy import inspect
@@ -138,7 +140,11 @@ async def test_a_new_schema_s_first_migration_creates_its_outbox_and_inbox(fresh
     try:
         async with engine.begin() as conn:
             await conn.execute(text("CREATE SCHEMA fresh_service"))
-            assert await conn.run_sync(migrate_and_inspect, True) == {"outbox", "inbox"}
+            assert await conn.run_sync(migrate_and_inspect, True) == {
+                "outbox",
+                "outbox_dead_letters",
+                "inbox",
+            }
             indexes = await conn.run_sync(
                 lambda sync: {i["name"] for i in inspect(sync).get_indexes("outbox", schema="fresh_service")}
             )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Self
+from pathlib import Path
+from typing import Any, ClassVar, Self
 
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -26,6 +27,12 @@ class ConsumerSettings(BaseModel):
     batch: int = Field(64, ge=1, le=1024)
     backoff_base_s: float = Field(0.5, gt=0)
     backoff_max_s: float = Field(30.0, gt=0)
+    max_message_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="a message larger than this (headers included, and never above the server's "
+        "max_payload) is dead-lettered at intake as too large",
+    )
 
 
 class RetentionSettings(BaseModel):
@@ -63,7 +70,30 @@ class ServiceSettings(BaseSettings):
     stream: StreamSettings = StreamSettings()
     consumer: ConsumerSettings = ConsumerSettings()
     outbox_poll_s: float = Field(0.5, gt=0)
+    outbox_max_attempts: int = Field(
+        5, ge=1, description="publishes an outbox row may fail by its own fault before it is dead-lettered"
+    )
+    nats_inbox_prefix: str | None = Field(
+        None,
+        description="prefix of this connection's reply subjects (nats.py's default `_INBOX` when unset); "
+        "a NATS user allowed replies on its own prefix only must use that prefix",
+    )
+    nats_reconnect_wait_s: float = Field(
+        1.0, gt=0, description="pause between reconnection attempts to NATS (which go on for ever)"
+    )
+    nats_ping_interval_s: float = Field(
+        10.0, gt=0, description="how often the connection is pinged; two missed pongs mean it is dead"
+    )
     shutdown_grace_s: float = Field(10.0, gt=0)
+    max_request_body_bytes: int = Field(
+        1024 * 1024, ge=1024, description="a request body larger than this is answered 413"
+    )
+    liveness_exit_after_s: float = Field(
+        30.0,
+        ge=0,
+        description="a service that stays not live this long (a task crashed, NATS closed for good) exits "
+        "with code 70 so that its supervisor restarts it; 0 never exits (Kubernetes' probe restarts it)",
+    )
     retention: RetentionSettings = RetentionSettings()
 
     @model_validator(mode="after")
@@ -90,3 +120,31 @@ def service_config(service: str) -> SettingsConfigDict:
 def http_port(default: int) -> Any:
     """The service's default HTTP port, with the range check every service keeps."""
     return Field(default, ge=0, le=65535)
+
+
+class HttpsServing(BaseModel):
+    """A second server over HTTPS (tessera.core.https): its certificate and key, both or neither, and
+    how often renewed files are checked. A subclass adds its `port` and names its `section`."""
+
+    section: ClassVar[str] = "https"
+
+    cert_file: Path | None = Field(
+        None, description="the serving certificate (PEM, its chain after it); with key_file: serve HTTPS"
+    )
+    key_file: Path | None = Field(None, description="the certificate's private key (PEM)")
+    reload_interval_s: float = Field(
+        60.0, gt=0, description="seconds between checks for a renewed certificate in the files"
+    )
+
+    @model_validator(mode="after")
+    def _cert_and_key_together(self) -> Self:
+        if (self.cert_file is None) != (self.key_file is None):
+            given, missing = ("cert_file", "key_file") if self.key_file is None else ("key_file", "cert_file")
+            raise ValueError(
+                f"{self.section}.{missing} is required with {self.section}.{given}: HTTPS needs both"
+            )
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return self.cert_file is not None

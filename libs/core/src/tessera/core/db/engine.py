@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from asyncpg.exceptions import InternalClientError
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
@@ -42,7 +43,32 @@ def make_engine(url: str, *, pool_size: int = 10, application_name: str = "tesse
         },
     )
     check_liveness_on_checkout(engine)
+    invalidate_broken_protocols(engine)
     return engine
+
+
+def is_broken_protocol(exc: BaseException | None) -> bool:
+    """asyncpg's "cannot switch to state N; another operation (M) is in progress": the server went
+    away in the middle of a statement and the driver's protocol is left mid-operation. The connection
+    can never run another statement, yet the error is not one SQLAlchemy takes for a disconnect."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, InternalClientError) and "another operation" in str(exc):
+            return True
+        exc = getattr(exc, "orig", None) or exc.__cause__
+    return False
+
+
+def invalidate_broken_protocols(engine: AsyncEngine) -> None:
+    """A connection whose protocol broke (`is_broken_protocol`) is a disconnect: SQLAlchemy
+    invalidates it and the pool, instead of pooling it again for the next statement to fail on, and
+    the error reads as a database outage (a 503, a held batch), not as a bug."""
+
+    @event.listens_for(engine.sync_engine, "handle_error")
+    def _broken_is_disconnect(context: ExceptionContext) -> None:
+        if is_broken_protocol(context.original_exception):
+            context.is_disconnect = True
 
 
 def check_liveness_on_checkout(engine: AsyncEngine, *, ping_idle_s: float = PING_IDLE_S) -> None:

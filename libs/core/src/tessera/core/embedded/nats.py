@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -50,7 +52,8 @@ def read_server_info(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> d
 
 
 class NatsServer(ManagedProcess):
-    """A NATS server with JetStream and a file store kept in ``store_dir`` across restarts."""
+    """A NATS server with JetStream and a file store kept in ``store_dir`` across restarts; with
+    ``config_file``, its users and their permissions come from there (see ``nats_auth``)."""
 
     component = "nats"
 
@@ -61,9 +64,11 @@ class NatsServer(ManagedProcess):
         port: int | None = None,
         host: str = LOOPBACK,
         log_file: Path | None = None,
+        config_file: Path | None = None,
     ) -> None:
         super().__init__(log_file or store_dir.parent / "nats.log")
         self.store_dir = store_dir
+        self.config_file = config_file
         self.host = host
         self.port = port if port is not None else free_port(host)
 
@@ -74,7 +79,19 @@ class NatsServer(ManagedProcess):
     def prepare(self) -> None:
         self.store_dir.mkdir(parents=True, exist_ok=True)
 
+    def base_config(self) -> dict[str, object]:
+        """What the command line sets, as configuration: a configuration file must say it all, since
+        a reload reads the file alone (and refuses a change of, say, the server name)."""
+        return {
+            "host": self.host,
+            "port": self.port,
+            "server_name": f"tessera-{self.port}",
+            "jetstream": {"store_dir": str(self.store_dir)},
+        }
+
     def command(self) -> list[str]:
+        if self.config_file is not None:  # written from base_config() and the users
+            return [str(nats_server_binary()), "--config", str(self.config_file)]
         return [
             str(nats_server_binary()),
             "--addr",
@@ -87,6 +104,18 @@ class NatsServer(ManagedProcess):
             "--server_name",
             f"tessera-{self.port}",
         ]
+
+    def reload(self) -> bool:
+        """Ask the running server to read its configuration file again (new users, new permissions;
+        connections of unchanged users stay); ``False`` when it does not run."""
+        pid = self.pid
+        if pid is None or not self.is_running:
+            return False
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except ProcessLookupError:
+            return False
+        return True
 
     def is_ready(self) -> bool:
         # The server accepts clients only after JetStream has recovered its store, so an INFO that

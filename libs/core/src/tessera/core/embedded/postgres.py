@@ -16,10 +16,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from tessera.core.embedded.ports import LOOPBACK, free_port
@@ -254,16 +255,24 @@ class PostgresServer(ManagedProcess):
         return env
 
     def is_ready(self) -> bool:
-        # postmaster.pid's last line turns to "ready" once the server accepts connections
+        # postmaster.pid's last line turns to "ready" once the server accepts connections. A server
+        # killed with SIGKILL leaves its file behind, "ready" included: only ours counts (its first
+        # line is the postmaster's pid), or a restart would look ready while it still recovers.
         try:
             lines = (self.data_dir / "postmaster.pid").read_text().splitlines()
         except OSError:
             return False
-        return len(lines) >= 8 and lines[7].strip() == "ready" and str(self.port) == lines[3].strip()
+        return (
+            len(lines) >= 8
+            and lines[0].strip() == str(self.pid)
+            and lines[7].strip() == "ready"
+            and str(self.port) == lines[3].strip()
+        )
 
     def start(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
         super().start(timeout=timeout)
-        self.ensure_database(self.database)
+        self.ensure_database(self.database, within=max(1.0, deadline - time.monotonic()))
 
     def cleanup(self) -> None:
         """Stop and remove the socket directory (the data directory is kept)."""
@@ -288,13 +297,13 @@ class PostgresServer(ManagedProcess):
 
         run_async(_run)
 
-    def ensure_database(self, name: str) -> None:
+    def ensure_database(self, name: str, within: float = 60.0) -> None:
+        """Create database ``name`` unless it exists. Connections refused while the server still
+        starts up (crash recovery after a SIGKILL) are retried for ``within`` seconds."""
         url = self.url_for("postgres")
 
         async def _run() -> None:
-            import asyncpg  # type: ignore[import-untyped]
-
-            conn = await asyncpg.connect(url)
+            conn = await connect_when_up(url, within, self.component, self.log_file)
             try:
                 exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
                 if not exists:
@@ -303,3 +312,25 @@ class PostgresServer(ManagedProcess):
                 await conn.close()
 
         run_async(_run)
+
+
+async def connect_when_up(
+    url: str, within: float, component: str = "postgres", log_file: Path | None = None
+) -> Any:
+    """An asyncpg connection to ``url``, retried while the server starts up or recovers (it answers
+    "the database system is starting up") or does not listen yet; ``ComponentError`` after ``within``
+    seconds, naming the last refusal."""
+    import asyncpg  # type: ignore[import-untyped]
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    delay = 0.05
+    while True:
+        try:
+            return await asyncpg.connect(url, timeout=max(0.5, min(5.0, deadline - loop.time())))
+        except (asyncpg.CannotConnectNowError, OSError, TimeoutError) as err:
+            last = f"{type(err).__name__}: {err}"
+        if loop.time() + delay > deadline:
+            raise ComponentError(component, f"refused connections for {within:.0f}s ({last})", log_file)
+        await asyncio.sleep(delay)
+        delay = min(1.0, delay * 2)

@@ -102,6 +102,11 @@ class ManagedProcess(abc.ABC):
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def exit_code(self) -> int | None:
+        """The code the last started process exited with; ``None`` while it runs or before a start."""
+        return self._proc.poll() if self._proc is not None else None
+
     def start(self, timeout: float = 30.0) -> None:
         """Start the process and wait until it is ready; raise ``ComponentError`` on failure."""
         if self.is_running:
@@ -155,6 +160,10 @@ class ManagedProcess(abc.ABC):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=timeout)
         proc.wait()
+        # children left in its process group must not outlive it (PostgreSQL's backends are not
+        # among them: each runs in a session of its own, and ends once it sees the postmaster gone)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
         self._proc = None
         self._close_log()
 

@@ -5,7 +5,10 @@ Layout::
     .tessera/
       nats/            JetStream file store
       pg/              PostgreSQL data directory
+      devcluster/      the devcluster's objects and simulated hardware (state.json)
       logs/            one log file per component
+      credentials/     NATS users and PostgreSQL roles with their passwords, nats.conf, one file
+                       per tenant for its external publishers (all 0600)
       ports.json       the ports chosen last time, reused when still free
       endpoints.json   where everything runs (written by ``tessera up``)
       up.lock          held while a ``tessera up`` runs on this directory
@@ -40,6 +43,16 @@ class StateDir:
     @property
     def pg_data(self) -> Path:
         return self.root / "pg"
+
+    @property
+    def devcluster_state(self) -> Path:
+        """The devcluster's objects and simulated hardware, restored when ``tessera up`` starts again."""
+        return self.root / "devcluster" / "state.json"
+
+    @property
+    def credentials(self) -> Path:
+        """Passwords and the files holding them, readable by the owner alone."""
+        return self.root / "credentials"
 
     @property
     def logs(self) -> Path:

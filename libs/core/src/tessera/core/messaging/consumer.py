@@ -6,9 +6,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Generic
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -18,12 +17,15 @@ from sqlalchemy import text
 
 from tessera.contracts import subjects
 from tessera.core import faults
-from tessera.core.db.uow import UnitOfWork
-from tessera.core.messaging.envelope import MSG_ID, Envelope, EnvelopeError, decode
-from tessera.core.observability.logs import job_id_var
+from tessera.core.messaging.consumer_spec import ConsumerSpec, DeadLetterHook, Handler, UowT
+from tessera.core.messaging.dead_letters import DeadLetter, dead_letter_copy, original_id
+from tessera.core.messaging.envelope import Envelope, decode
+from tessera.core.messaging.failures import PermanentError, describe, is_permanent
+from tessera.core.messaging.limits import wire_size
+from tessera.core.observability.logs import job_id_var, trace_id_from_headers, trace_id_var
 from tessera.core.observability.metrics import Metrics
+from tessera.core.observability.ratelimit import RateLimitedLog
 from tessera.core.observability.tracing import span_from_headers
-from tessera.core.settings import ConsumerSettings
 from tessera.core.waits import wait_any
 
 log = logging.getLogger(__name__)
@@ -31,54 +33,12 @@ log = logging.getLogger(__name__)
 #: how long the consumer waits for the database to answer `SELECT 1` before deeming it down
 DATABASE_PROBE_TIMEOUT_S = 5.0
 
-UowT = TypeVar("UowT", bound=UnitOfWork)
-Handler = Callable[[Envelope, UowT], Awaitable[None]]
+#: nats.py's default, used until a connection tells the server's own
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+#: the inbox's `message_id` column: a longer id could not be recorded, so it is refused at intake
+MAX_MESSAGE_ID = 128
 
-
-class PermanentError(Exception):
-    """The message can never be handled; it goes to the dead-letter subject at once."""
-
-
-@dataclass(frozen=True)
-class ConsumerSpec(Generic[UowT]):
-    """A durable consumer: what it reads and which handler takes each message.
-
-    Delivery settings (`max_deliver`, `ack_wait_s`, `batch`, backoff) come from the service's
-    `consumer` settings, applied by the runner; `settings` overrides them for this consumer alone."""
-
-    name: str
-    stream_owner: str
-    filter_subject: str
-    handler: Handler[UowT]
-    settings: ConsumerSettings | None = None
-    linger_s: float = 0.01
-
-    def configured(self, defaults: ConsumerSettings) -> ConsumerSpec[UowT]:
-        return self if self.settings is not None else replace(self, settings=defaults)
-
-    @property
-    def delivery(self) -> ConsumerSettings:
-        return self.settings if self.settings is not None else ConsumerSettings()
-
-    @property
-    def max_deliver(self) -> int:
-        return self.delivery.max_deliver
-
-    @property
-    def ack_wait_s(self) -> float:
-        return self.delivery.ack_wait_s
-
-    @property
-    def batch(self) -> int:
-        return self.delivery.batch
-
-    @property
-    def backoff_base_s(self) -> float:
-        return self.delivery.backoff_base_s
-
-    @property
-    def backoff_max_s(self) -> float:
-        return self.delivery.backoff_max_s
+__all__ = ["ConsumerRunner", "ConsumerSpec", "DeadLetter", "DeadLetterHook", "Handler", "PermanentError"]
 
 
 class ConsumerRunner(Generic[UowT]):
@@ -90,6 +50,7 @@ class ConsumerRunner(Generic[UowT]):
         service: str,
         metrics: Metrics,
         stop: asyncio.Event,
+        max_payload: Callable[[], int] = lambda: DEFAULT_MAX_PAYLOAD,
     ) -> None:
         self.js = js
         self.spec = spec
@@ -97,8 +58,15 @@ class ConsumerRunner(Generic[UowT]):
         self.service = service
         self.metrics = metrics
         self.stop = stop
+        self.max_payload = max_payload
         self.subscribed = asyncio.Event()
         self.dlq_subject = subjects.dead_letter(service, spec.name)
+        self.stream = subjects.stream_name(spec.stream_owner)
+        self._failures = RateLimitedLog(log)
+
+    def intake_limit(self) -> int:
+        """The largest message this consumer takes: its setting, within the server's `max_payload`."""
+        return min(self.spec.max_message_bytes, self.max_payload())
 
     def backoff(self, deliveries: int) -> float:
         return float(min(self.spec.backoff_max_s, self.spec.backoff_base_s * 2 ** max(0, deliveries - 1)))
@@ -146,19 +114,29 @@ class ConsumerRunner(Generic[UowT]):
             try:
                 msgs = await self._fetch(sub)
             except TimeoutError:
+                self.metrics.consumer_lag.labels(self.spec.name).set(0)
                 continue
-            except Exception:
+            except Exception as exc:
                 if self.stop.is_set():
                     break
-                log.exception("fetch failed", extra={"consumer": self.spec.name})
+                self._failures.error(
+                    f"fetch:{type(exc).__name__}",
+                    "fetch failed; retrying",
+                    extra={"consumer": self.spec.name, "error": repr(exc)},
+                )
                 await asyncio.sleep(0.5)
                 continue
             try:
                 await self.handle_batch(msgs)
-            except Exception:
+            except Exception as exc:
                 # Say an ack failed on a NATS hiccup: whatever was not acked is redelivered after
                 # ack_wait and the inbox drops what was already handled, so the consumer goes on.
-                log.exception("settling a batch failed; unacked messages will be redelivered")
+                self._failures.error(
+                    f"settle:{type(exc).__name__}",
+                    "settling a batch failed; unacked messages will be redelivered",
+                    extra={"consumer": self.spec.name},
+                    exc_info=True,
+                )
                 await asyncio.sleep(0.5)
         try:
             await sub.unsubscribe()
@@ -176,38 +154,44 @@ class ConsumerRunner(Generic[UowT]):
         held (their ack deadline extended) and the batch runs again once the database answers, so an
         outage spends none of their deliveries and sends none of them to the dead-letter subject."""
         started = time.perf_counter()
+        self._observe_delivery(msgs)
         decoded: list[tuple[Msg, Envelope]] = []
         for msg in msgs:
-            try:
-                envelope = decode(msg.subject, msg.headers, msg.data)
-                envelope.parse()
-            except EnvelopeError as exc:
-                await self.dead_letter(msg, f"undecodable: {exc}")
+            refused = self._intake(msg)
+            if isinstance(refused, tuple):
+                with _message_context(msg.headers, ""):
+                    await self.dead_letter(msg, refused[1], kind=refused[0])
                 continue
-            decoded.append((msg, envelope))
+            decoded.append((msg, refused))
         if not decoded:
             return
-        outcomes = await self._attempt(decoded)
+        outcomes, whole_batch_failed = await self._attempt(decoded)
         while (
             any(isinstance(o, BaseException) for _, _, o in outcomes) and not await self._database_answers()
         ):
             if not await self._hold_until_database_answers([msg for msg, _ in decoded]):
                 return  # stopping: unsettled, JetStream redelivers them after the ack wait
-            outcomes = await self._attempt(decoded)
+            outcomes, whole_batch_failed = await self._attempt(decoded)
+        if whole_batch_failed and len(decoded) > 1:
+            # the database answers, yet the batch failed as a whole: one message in it may be the
+            # cause, so each one is tried alone and only the culprit pays
+            outcomes = [o for one in decoded for o in (await self._attempt([one]))[0]]
         faults.hit("consumer.after_commit")
         for msg, envelope, outcome in outcomes:
-            await self._settle(msg, envelope, outcome)
+            with _message_context(envelope.headers, envelope.subject):
+                await self._settle(msg, envelope, outcome)
         elapsed = (time.perf_counter() - started) / len(decoded)
         for _ in decoded:
             self.metrics.handle_seconds.labels(self.spec.name).observe(elapsed)
 
     async def _attempt(
         self, decoded: list[tuple[Msg, Envelope]]
-    ) -> list[tuple[Msg, Envelope, str | BaseException]]:
+    ) -> tuple[list[tuple[Msg, Envelope, str | BaseException]], bool]:
         """One transaction for the batch: the inbox rows of all its messages with one statement,
         then each new message's handler in its own savepoint. A message whose handler fails rolls
         back to its savepoint and its inbox row is removed again, so the commit records only what
-        took effect: a redelivery of it is handled, a redelivery of the others is a duplicate."""
+        took effect: a redelivery of it is handled, a redelivery of the others is a duplicate.
+        The outcomes, and whether the batch failed as a whole (its inbox statement or its commit)."""
         outcomes: list[tuple[Msg, Envelope, str | BaseException]] = []
         try:
             async with self.uow_factory() as uow:
@@ -226,12 +210,13 @@ class ConsumerRunner(Generic[UowT]):
                 await uow.unsee(self.spec.name, failed)
                 await uow.commit()
         except Exception as exc:  # the commit itself failed: nothing of the batch took effect
-            log.warning(
-                "batch commit failed; retrying each message",
-                extra={"consumer": self.spec.name, "error": repr(exc)},
+            self._failures.warning(
+                f"batch:{type(exc).__name__}",
+                "batch failed as a whole; retrying",
+                extra={"consumer": self.spec.name, "error": repr(exc), "messages": len(decoded)},
             )
-            outcomes = [(msg, envelope, exc) for msg, envelope in decoded]
-        return outcomes
+            return [(msg, envelope, exc) for msg, envelope in decoded], True
+        return outcomes, False
 
     async def _database_answers(self) -> bool:
         async def probe() -> None:
@@ -264,28 +249,27 @@ class ConsumerRunner(Generic[UowT]):
             delay = min(delay * 2, longest)
 
     async def _handle_one(self, uow: UowT, envelope: Envelope) -> str | BaseException:
-        job_token = job_id_var.set(envelope.subject)
-        try:
-            with span_from_headers(
+        with (
+            _message_context(envelope.headers, envelope.subject),
+            span_from_headers(
                 f"handle {envelope.type}",
                 envelope.headers,
                 consumer=self.spec.name,
                 event_id=envelope.id,
                 job_id=envelope.subject,
-            ) as span:
-                try:
-                    async with uow.session.begin_nested():
-                        await self.spec.handler(envelope, uow)
-                        await uow.flush_events()
-                        outcome = "handled"
-                except Exception as exc:
-                    uow.forget_events()
-                    span.record_exception(exc)
-                    return exc
-                span.set_attribute("outcome", outcome)
-                return outcome
-        finally:
-            job_id_var.reset(job_token)
+            ) as span,
+        ):
+            try:
+                async with uow.session.begin_nested():
+                    await self.spec.handler(envelope, uow)
+                    await uow.flush_events()
+                    outcome = "handled"
+            except Exception as exc:
+                uow.forget_events()
+                span.record_exception(exc)
+                return exc
+            span.set_attribute("outcome", outcome)
+            return outcome
 
     async def _settle(self, msg: Msg, envelope: Envelope, outcome: str | BaseException) -> None:
         if isinstance(outcome, str):
@@ -293,14 +277,27 @@ class ConsumerRunner(Generic[UowT]):
             self.metrics.messages.labels(self.spec.name, outcome).inc()
             return
         if isinstance(outcome, PermanentError):
-            await self.dead_letter(msg, f"rejected by handler: {outcome}")
+            await self.dead_letter(
+                msg, f"rejected by handler: {outcome}", kind="permanent", envelope=envelope
+            )
+            return
+        if is_permanent(outcome):  # a wrong type, an overflow, a value the database refuses
+            await self.dead_letter(
+                msg, f"can never be handled: {describe(outcome)}", kind="permanent", envelope=envelope
+            )
             return
         deliveries = msg.metadata.num_delivered or 1
         if deliveries >= self.spec.max_deliver:
-            await self.dead_letter(msg, f"failed {deliveries} times, last error: {outcome!r}")
+            await self.dead_letter(
+                msg,
+                f"failed {deliveries} times, last error: {outcome!r}",
+                kind="exhausted",
+                envelope=envelope,
+            )
             return
         delay = self.backoff(deliveries)
-        log.warning(
+        self._failures.warning(
+            f"retry:{type(outcome).__name__}",
             "handler failed; will retry",
             extra={
                 "consumer": self.spec.name,
@@ -312,22 +309,94 @@ class ConsumerRunner(Generic[UowT]):
         await msg.nak(delay=delay)
         self.metrics.messages.labels(self.spec.name, "retry").inc()
 
-    async def dead_letter(self, msg: Msg, reason: str) -> None:
+    def _intake(self, msg: Msg) -> Envelope | tuple[str, str]:
+        """The message decoded, or (kind, reason) why it is refused at the door: too large, not a
+        CloudEvent, an id the inbox cannot record, or a body that fails its contract."""
+        size = wire_size(msg.headers, msg.data)
+        limit = self.intake_limit()
+        if size > limit:
+            return "too_large", f"too large: {size} bytes with headers, over the limit of {limit} bytes"
+        try:
+            envelope = decode(msg.subject, msg.headers, msg.data)
+            if len(envelope.id) > MAX_MESSAGE_ID or not envelope.id.isprintable():
+                return (
+                    "undecodable",
+                    f"undecodable: ce-id must be at most {MAX_MESSAGE_ID} printable characters",
+                )
+            envelope.parse()
+        except Exception as exc:  # EnvelopeError, and whatever else bad bytes raise (a UnicodeError)
+            return "undecodable", f"undecodable: {describe(exc)}"
+        return envelope
+
+    def _observe_delivery(self, msgs: list[Msg]) -> None:
+        redelivered = sum(1 for msg in msgs if (msg.metadata.num_delivered or 1) > 1)
+        if redelivered:
+            self.metrics.redeliveries.labels(self.spec.name).inc(redelivered)
+        if msgs:
+            self.metrics.consumer_lag.labels(self.spec.name).set(
+                getattr(msgs[-1].metadata, "num_pending", 0) or 0
+            )
+
+    async def dead_letter(
+        self, msg: Msg, reason: str, *, kind: str = "permanent", envelope: Envelope | None = None
+    ) -> None:
+        """Tell the service (`on_dead_letter`), publish the copy to the dead-letter subject, then
+        terminate the original. The copy fits the server's limit: a body that does not is cut, and
+        the copy names the stream and sequence where the whole original still lies."""
         headers = dict(msg.headers or {})
-        original_id = headers.get(MSG_ID) or headers.get("ce-id") or f"seq-{msg.metadata.sequence.stream}"
-        headers.update(
-            {
-                "tessera-dlq-reason": reason[:1000],
-                "tessera-dlq-original-subject": msg.subject,
-                "tessera-dlq-consumer": self.spec.name,
-                "tessera-dlq-deliveries": str(msg.metadata.num_delivered or 1),
-                MSG_ID: f"dlq-{self.spec.name}-{original_id}",
-            }
+        sequence = msg.metadata.sequence.stream
+        await self._tell_service(
+            DeadLetter(self.spec.name, original_id(headers, sequence), headers, envelope, kind, reason)
         )
-        await self.js.publish(self.dlq_subject, msg.data, headers=headers)
+        copy_headers, body = dead_letter_copy(
+            headers=headers,
+            body=msg.data,
+            subject=msg.subject,
+            consumer=self.spec.name,
+            reason=reason,
+            deliveries=msg.metadata.num_delivered or 1,
+            stream=getattr(msg.metadata, "stream", None) or self.stream,
+            stream_sequence=sequence,
+            limit=self.max_payload(),
+        )
+        await self.js.publish(self.dlq_subject, body, headers=copy_headers)
         await msg.term()
-        self.metrics.dead_letters.labels(self.spec.name).inc()
+        self.metrics.dead_letters.labels(self.spec.name, kind).inc()
         log.error(
             "message dead-lettered",
-            extra={"consumer": self.spec.name, "reason": reason, "dlq_subject": self.dlq_subject},
+            extra={
+                "consumer": self.spec.name,
+                "kind": kind,
+                "reason": reason,
+                "dlq_subject": self.dlq_subject,
+                "stream_sequence": sequence,
+            },
         )
+
+    async def _tell_service(self, letter: DeadLetter) -> None:
+        """Run the spec's hook once per message id, in its own transaction; a failing hook is logged
+        and the message is dead-lettered all the same (it must not loop)."""
+        hook = self.spec.on_dead_letter
+        if hook is None:
+            return
+        recordable = len(letter.message_id) <= MAX_MESSAGE_ID and letter.message_id.isprintable()
+        try:
+            async with self.uow_factory() as uow:
+                if recordable and await uow.seen(f"{self.spec.name}.dead", letter.message_id):
+                    return
+                await hook(letter, uow)
+                await uow.commit()
+        except Exception:
+            log.exception("the dead-letter hook failed", extra={"consumer": self.spec.name})
+
+
+@contextlib.contextmanager
+def _message_context(headers: Mapping[str, str] | None, job_id: str) -> Iterator[None]:
+    """Log lines written while a message is handled or settled carry its trace id and job id."""
+    trace_token = trace_id_var.set(trace_id_from_headers(headers))
+    job_token = job_id_var.set(job_id)
+    try:
+        yield
+    finally:
+        job_id_var.reset(job_token)
+        trace_id_var.reset(trace_token)

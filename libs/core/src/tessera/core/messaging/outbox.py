@@ -1,23 +1,52 @@
-"""The outbox relay: publish committed events in order, and delete each row only after its PubAck."""
+"""The outbox relay: publish committed events in order, and delete each row only after its PubAck.
+
+A row that can never be published (over the server's size limit, or refused by every try while the
+rows around it go through) moves to the service's `outbox_dead_letters` table with the reason, so it
+never holds up the rows behind it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
-from sqlalchemy import BigInteger, Table, any_, bindparam, delete, select
+from sqlalchemy import BigInteger, Table, any_, bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from tessera.core import faults
+from tessera.core.db.messaging_tables import outbox_dead_letters_of
+from tessera.core.messaging.failures import describe, is_permanent
+from tessera.core.messaging.limits import MessageTooLarge, check_fits
 from tessera.core.observability.metrics import Metrics
+from tessera.core.observability.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
+
+#: nats.py's default, used until a connection tells the server's own
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+
+#: the connection is away, not the row: such a failure does not count against the row
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,  # ConnectionResetError, and nats' TimeoutError (a timeout is judged apart)
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.ConnectionDrainingError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.StaleConnectionError,
+)
+#: what nats.py refuses before sending: the same row is refused the same way every time
+_UNSENDABLE: tuple[type[BaseException], ...] = (
+    nats.errors.MaxPayloadError,
+    nats.errors.BadHeaderError,
+    nats.errors.BadSubjectError,
+)
 
 
 class OutboxRelay:
@@ -26,9 +55,18 @@ class OutboxRelay:
     A batch of rows is published back to back on one connection, all PubAcks in flight at once, and
     awaited together; then the rows whose PubAck came back are deleted with one statement, in the
     transaction that locked them. A row whose publish failed stays and is published again on the next
-    round, alone: what was acked is never published twice by the relay. A crash after publishing but
-    before deleting republishes the batch with the same `Nats-Msg-Id`s, which JetStream drops inside
-    the stream's duplicate window: exactly once."""
+    round: what was acked is never published twice by the relay. A crash after publishing but before
+    deleting republishes the batch with the same `Nats-Msg-Id`s, which JetStream drops inside the
+    stream's duplicate window: exactly once.
+
+    A failure counts against a row (`attempts`) only when it is the row's fault: NATS answered, or
+    other rows of the round went through. After `max_attempts` such failures, or at once when the row
+    can never fit in a message, the row moves to the dead-letter table with the reason. A NATS
+    outage counts against no row, however long it lasts.
+
+    Woken by a commit after the outbox drained, the relay lingers `linger_s` before its next round,
+    so the commits of that moment go out as one batch (one lock, one delete and one commit for all)
+    rather than a round each; a round that filled its batch goes on at once."""
 
     def __init__(
         self,
@@ -41,16 +79,31 @@ class OutboxRelay:
         batch: int = 512,
         poll_s: float = 0.5,
         ack_timeout_s: float = 5.0,
+        max_attempts: int = 5,
+        max_payload: Callable[[], int] = lambda: DEFAULT_MAX_PAYLOAD,
+        sample_every_s: float = 5.0,
+        linger_s: float = 0.002,
     ) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        if linger_s < 0:
+            raise ValueError(f"linger_s must not be negative, got {linger_s}")
         self.js = js
         self.sessions = sessions
         self.outbox = outbox
+        self.dead_letters = outbox_dead_letters_of(outbox)
         self.metrics = metrics
         self.stop = stop
         self.batch = batch
         self.poll_s = poll_s
         self.ack_timeout_s = ack_timeout_s
+        self.max_attempts = max_attempts
+        self.max_payload = max_payload
+        self.sample_every_s = sample_every_s
+        self.linger_s = linger_s
         self._wake = asyncio.Event()
+        self._failures = RateLimitedLog(log)
+        self._sampled_at = float("-inf")
 
     def wake(self) -> None:
         self._wake.set()
@@ -60,26 +113,40 @@ class OutboxRelay:
             self._wake.clear()  # a commit from now on wakes the next round
             try:
                 published, failed = await self.publish_batch_outcomes()
-            except Exception:
-                log.exception("outbox relay failed; retrying")
+            except Exception as exc:
+                self._failures.error(
+                    f"round:{type(exc).__name__}", "outbox relay round failed; retrying", exc_info=True
+                )
                 published, failed = 0, 1
+            await self._sample_if_due()
             if failed:  # NATS (or the database) is away: do not spin on the rows that stayed
                 await asyncio.sleep(self.poll_s)
             elif published < self.batch:  # drained: wait for a commit, or poll
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=self.poll_s)
+                    if self.linger_s and not self.stop.is_set():
+                        await asyncio.sleep(self.linger_s)  # the commits of this moment join
 
     async def publish_batch(self) -> int:
         """One round; the number of rows published and deleted."""
         return (await self.publish_batch_outcomes())[0]
 
     async def publish_batch_outcomes(self) -> tuple[int, int]:
-        """One round: (rows published and deleted, rows whose publish failed and stay)."""
+        """One round: (rows published and deleted, rows whose publish failed and stay). Rows moved
+        to the dead-letter table are in neither."""
         t = self.outbox
         async with self.sessions() as session, session.begin():
             rows = (
                 await session.execute(
-                    select(t.c.seq, t.c.subject, t.c.headers, t.c.body)
+                    select(
+                        t.c.seq,
+                        t.c.event_id,
+                        t.c.subject,
+                        t.c.headers,
+                        t.c.body,
+                        t.c.created_at,
+                        t.c.attempts,
+                    )
                     .order_by(t.c.seq)
                     .limit(self.batch)
                     .with_for_update(skip_locked=True)
@@ -98,26 +165,128 @@ class OutboxRelay:
                     delete(t).where(t.c.seq == any_(bindparam("seqs", type_=ARRAY(BigInteger)))),
                     {"seqs": acked},
                 )
-        failures = [outcome for outcome in outcomes if not isinstance(outcome, PubAck)]
-        if failures:
-            log.warning(
-                "outbox publish failed; the rows stay and are published again",
-                extra={"failed": len(failures), "published": len(acked), "error": repr(failures[0])},
-            )
+            stayed = await self._judge_failures(session, rows, outcomes, any_acked=bool(acked))
         self.metrics.outbox_published.inc(
             sum(1 for outcome in outcomes if isinstance(outcome, PubAck) and not outcome.duplicate)
         )
-        return len(acked), len(failures)
+        return len(acked), stayed
+
+    async def _judge_failures(
+        self,
+        session: AsyncSession,
+        rows: Sequence[Any],
+        outcomes: Sequence[PubAck | BaseException],
+        any_acked: bool,
+    ) -> int:
+        """Count each failure against its row when it is the row's fault; move the rows that used
+        their tries up (or can never fit) to the dead-letter table. The number of rows that stay."""
+        counted: list[dict[str, Any]] = []
+        doomed: list[tuple[Any, str, str]] = []
+        stayed = 0
+        for row, outcome in zip(rows, outcomes, strict=True):
+            if isinstance(outcome, PubAck):
+                continue
+            reason = describe(outcome)
+            kind = _failure_kind(outcome, any_acked)
+            self.metrics.outbox_publish_failures.labels(kind).inc()
+            if kind == "unpublishable":
+                too_large = isinstance(outcome, MessageTooLarge | nats.errors.MaxPayloadError)
+                doomed.append(
+                    (row, f"can never be published: {reason}", "too_large" if too_large else "refused")
+                )
+            elif kind == "row" and row.attempts + 1 >= self.max_attempts:
+                doomed.append((row, f"failed {row.attempts + 1} times, last error: {reason}", "exhausted"))
+            else:
+                stayed += 1
+                if kind == "row":
+                    counted.append({"row_seq": row.seq, "error": reason})
+            self._failures.warning(
+                f"publish:{kind}:{type(outcome).__name__}",
+                "outbox publish failed",
+                extra={"kind": kind, "event_id": row.event_id, "subject": row.subject, "error": reason},
+            )
+        t = self.outbox
+        if counted:
+            await session.execute(
+                update(t)
+                .where(t.c.seq == bindparam("row_seq"))
+                .values(attempts=t.c.attempts + 1, last_error=bindparam("error")),
+                counted,
+            )
+        if doomed:
+            await self._move_to_dead_letters(session, doomed)
+        return stayed
+
+    async def _move_to_dead_letters(
+        self, session: AsyncSession, doomed: Sequence[tuple[Any, str, str]]
+    ) -> None:
+        await session.execute(
+            insert(self.dead_letters),
+            [
+                {
+                    "seq": row.seq,
+                    "event_id": row.event_id,
+                    "subject": row.subject,
+                    "headers": row.headers,
+                    "body": row.body,
+                    "created_at": row.created_at,
+                    "attempts": row.attempts + 1,
+                    "reason": reason,
+                }
+                for row, reason, _ in doomed
+            ],
+        )
+        t = self.outbox
+        await session.execute(
+            delete(t).where(t.c.seq == any_(bindparam("seqs", type_=ARRAY(BigInteger)))),
+            {"seqs": [row.seq for row, _, _ in doomed]},
+        )
+        for row, reason, kind in doomed:
+            self.metrics.outbox_dead_lettered.labels(kind).inc()
+            log.error(
+                "outbox row moved to the dead-letter table; it will not be published",
+                extra={"event_id": row.event_id, "subject": row.subject, "seq": row.seq, "reason": reason},
+            )
+
+    async def sample(self) -> None:
+        """Set the backlog, oldest-row age and dead-letter gauges from the tables (one round trip)."""
+        t, dl = self.outbox, self.dead_letters
+        query = select(
+            select(func.count()).select_from(t).scalar_subquery(),
+            select(func.extract("epoch", func.now() - func.min(t.c.created_at))).scalar_subquery(),
+            select(func.count()).select_from(dl).scalar_subquery(),
+        )
+        async with self.sessions() as session:
+            backlog, oldest_age, dead = (await session.execute(query)).one()
+        self.metrics.outbox_backlog.set(backlog)
+        self.metrics.outbox_oldest_age.set(float(oldest_age or 0.0))
+        self.metrics.outbox_dead_letter_rows.set(dead)
+
+    async def _sample_if_due(self) -> None:
+        now = time.monotonic()
+        if now - self._sampled_at < self.sample_every_s:
+            return
+        self._sampled_at = now
+        try:
+            await self.sample()
+        except Exception as exc:  # the database may be away; the gauges keep their last values
+            self._failures.warning(
+                f"sample:{type(exc).__name__}", "outbox sample failed", extra={"error": repr(exc)}
+            )
 
     async def _publish_all(self, rows: Sequence[Any]) -> list[PubAck | BaseException]:
         """Publish every row in order on the one connection, then await all the PubAcks together,
-        up to `ack_timeout_s`; each row's own outcome, so one failure costs one row."""
+        up to `ack_timeout_s`; each row's own outcome, so one failure costs one row. A row too large
+        for the server is never sent: sending it would make the server close the connection."""
         outcomes: list[PubAck | BaseException] = [_NOT_SENT] * len(rows)
         sent: list[tuple[int, asyncio.Future[PubAck]]] = []
+        limit = self.max_payload()
         for i, row in enumerate(rows):
             try:
-                sent.append((i, await self._send(row.subject, row.body, dict(row.headers))))
-            except Exception as exc:  # not even sent (the connection is closed): this row stays
+                headers = dict(row.headers)
+                check_fits(row.subject, headers, row.body, limit)
+                sent.append((i, await self._send(row.subject, row.body, headers)))
+            except Exception as exc:  # too large, or not even sent (the connection is closed)
                 outcomes[i] = exc
         if sent:
             _, late = await asyncio.wait([future for _, future in sent], timeout=self.ack_timeout_s)
@@ -138,6 +307,17 @@ class OutboxRelay:
             return future
         # An older nats-py: a task per request. Tasks start in creation order, so order is kept.
         return asyncio.ensure_future(self.js.publish(subject, body, headers=headers))
+
+
+def _failure_kind(outcome: BaseException, any_acked: bool) -> str:
+    """'unpublishable' (never will be), 'row' (this row's fault: it counts), 'connection' (NATS away)."""
+    if isinstance(outcome, _UNSENDABLE) or is_permanent(outcome):
+        return "unpublishable"
+    if isinstance(outcome, TimeoutError):  # slow or away: the row's fault only if others went through
+        return "row" if any_acked else "connection"
+    if isinstance(outcome, _CONNECTION_ERRORS) or outcome is _NOT_SENT:
+        return "connection"
+    return "row"
 
 
 _NOT_SENT = RuntimeError("not sent")

@@ -180,6 +180,15 @@ def test_pod_identity_state_and_gang_label() -> None:
     assert pod.requirements.node_selector == {"pool": "a100"}
     assert pod.requirements.tolerations[0].tolerates(Taint("nvidia.com/gpu", TaintEffect.NO_SCHEDULE))
     assert not pod.requirements.tolerations[0].tolerates(Taint("other", TaintEffect.NO_SCHEDULE))
+    assert not pod.gated
+
+
+def test_a_pod_with_scheduling_gates_is_gated() -> None:
+    obj = PodManifest("web-0", "ml").scheduler().obj()
+    obj["spec"]["schedulingGates"] = [{"name": "tessera.io/admission"}]
+    assert parse_pod(obj).gated
+    obj["spec"]["schedulingGates"] = []
+    assert not parse_pod(obj).gated
 
 
 def _snake(obj: Any) -> Any:

@@ -105,14 +105,18 @@ def test_no_service_is_granted_a_wildcard_and_every_service_is_listed() -> None:
 
 def test_policy_rules_group_verbs_by_resource_per_scope() -> None:
     calls = SERVICE_CALLS["scheduler"]
-    assert policy_rules(calls, "namespace") == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
-        {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"], "verbs": ["create"]},
-    ]
+    assert policy_rules(calls, "namespace") == [], "the scheduler creates no pods"
     assert {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]} in policy_rules(
         calls, "cluster"
     )
-    assert policy_rules(SERVICE_CALLS["slicing"], "cluster") == []
+    slicing = SERVICE_CALLS["slicing"]
+    assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]} in policy_rules(
+        slicing, "cluster"
+    )
+    assert policy_rules(slicing, "release") == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]}
+    ]
+    assert policy_rules(slicing, "namespace") == []
 
 
 def test_the_lease_lock_makes_exactly_the_lease_calls() -> None:

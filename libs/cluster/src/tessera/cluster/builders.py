@@ -30,14 +30,18 @@ from tessera.cluster.conventions.names import (
 from tessera.cluster.domain.gpu import Gpu, MigInstance, MigMode, MigStrategy
 from tessera.cluster.domain.node import MigConfigState, Node, Taint
 
+TEST_IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+"""A real image for test pods: what a GPU workload runs (nothing pulls it on the devcluster)."""
+INIT_IMAGE = "python:3.12-slim"
+
 
 class PodManifest:
-    def __init__(self, name: str, namespace: str = "default") -> None:
+    def __init__(self, name: str, namespace: str = "default", image: str = TEST_IMAGE) -> None:
         self._obj: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "labels": {}, "annotations": {}},
-            "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {}}]},
+            "spec": {"containers": [{"name": "main", "image": image, "resources": {}}]},
         }
 
     def scheduler(self, name: str = SCHEDULER_NAME) -> PodManifest:
@@ -74,7 +78,7 @@ class PodManifest:
 
     def init_container(self, requests: dict[str, str]) -> PodManifest:
         inits = self._obj["spec"].setdefault("initContainers", [])
-        inits.append({"name": f"init-{len(inits)}", "image": "busybox", "resources": {"requests": requests}})
+        inits.append({"name": f"init-{len(inits)}", "image": INIT_IMAGE, "resources": {"requests": requests}})
         return self
 
     def tolerate(self, toleration: dict[str, str]) -> PodManifest:

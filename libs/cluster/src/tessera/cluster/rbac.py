@@ -9,8 +9,8 @@ Three layers, each checked against the code below it by tests:
   source for port methods and client calls, and renders the Helm chart's RBAC to compare).
 
 A call's ``scope`` says where it must be allowed: ``cluster`` in every namespace (a ClusterRole),
-``namespace`` only in the namespace the service works in (a Role there; the scheduler creates the
-pods and PodGroups of admitted jobs in ``TESSERA_SCHEDULER_NAMESPACE`` and nowhere else), ``release``
+``namespace`` only in the namespace the service works in (a Role there; admission makes the Jobs
+and Service of submitted jobs in ``TESSERA_ADMISSION_NAMESPACE`` and nowhere else), ``release``
 only in the namespace the service itself runs in (a Role there: the Lease its replicas elect a
 leader on).
 """
@@ -56,6 +56,9 @@ CLIENT_CALLS: Mapping[str, ApiCall] = {
     "list_pod_for_all_namespaces": ApiCall("", "pods", "list"),
     "read_namespaced_pod": ApiCall("", "pods", "get"),
     "patch_namespaced_pod": ApiCall("", "pods", "patch"),
+    "delete_namespaced_pod": ApiCall("", "pods", "delete"),
+    "read_namespaced_pod_status": ApiCall("", "pods/status", "get"),
+    "patch_namespaced_pod_status": ApiCall("", "pods/status", "patch"),
     "create_namespaced_pod": ApiCall("", "pods", "create"),
     "create_namespaced_pod_binding": ApiCall("", "pods/binding", "create"),
     "create_namespaced_pod_eviction": ApiCall("", "pods/eviction", "create"),
@@ -68,6 +71,65 @@ CLIENT_CALLS: Mapping[str, ApiCall] = {
     "read_namespaced_lease": ApiCall(LEASE_API_GROUP, "leases", "get", "release"),
     "create_namespaced_lease": ApiCall(LEASE_API_GROUP, "leases", "create", "release"),
     "replace_namespaced_lease": ApiCall(LEASE_API_GROUP, "leases", "update", "release"),
+    "patch_node_status": ApiCall("", "nodes/status", "patch"),
+    "read_namespaced_deployment": ApiCall("apps", "deployments", "get"),
+    "read_namespaced_stateful_set": ApiCall("apps", "statefulsets", "get"),
+    "read_namespaced_replica_set": ApiCall("apps", "replicasets", "get"),
+    "read_namespaced_horizontal_pod_autoscaler": ApiCall("autoscaling", "horizontalpodautoscalers", "get"),
+    "create_namespaced_horizontal_pod_autoscaler": ApiCall(
+        "autoscaling", "horizontalpodautoscalers", "create"
+    ),
+    "replace_namespaced_horizontal_pod_autoscaler": ApiCall(
+        "autoscaling", "horizontalpodautoscalers", "update"
+    ),
+    "delete_namespaced_horizontal_pod_autoscaler": ApiCall(
+        "autoscaling", "horizontalpodautoscalers", "delete"
+    ),
+    "create_namespaced_event": ApiCall("", "events", "create"),
+    # admission: each job's Indexed Jobs and headless Service, made and deleted only in its job
+    # namespace; users' labelled Jobs, listed, held and released in any namespace
+    "create_namespaced_job": ApiCall("batch", "jobs", "create", "namespace"),
+    "delete_namespaced_job": ApiCall("batch", "jobs", "delete", "namespace"),
+    "create_namespaced_service": ApiCall("", "services", "create", "namespace"),
+    "delete_namespaced_service": ApiCall("", "services", "delete", "namespace"),
+    "read_namespaced_job": ApiCall("batch", "jobs", "get"),
+    "patch_namespaced_job": ApiCall("batch", "jobs", "patch"),
+    "list_job_for_all_namespaces": ApiCall("batch", "jobs", "list"),
+    # admission's conditions on a job's Jobs, through the status subresource
+    "read_namespaced_job_status": ApiCall("batch", "jobs/status", "get"),
+    "patch_namespaced_job_status": ApiCall("batch", "jobs/status", "patch"),
+    # a labelled Job's priority: the value of the PriorityClass its pod template names
+    "list_priority_class": ApiCall("scheduling.k8s.io", "priorityclasses", "list"),
+}
+
+#: custom objects other than PodGroups, per service that calls the generic CustomObjectsApi methods on
+#: them: method -> the calls it makes there. The forecaster lists PredictiveAutoscalers and writes their
+#: status, and owns KEDA ScaledObjects (tessera.io and keda.sh).
+CUSTOM_OBJECT_CALLS: Mapping[str, Mapping[str, frozenset[ApiCall]]] = {
+    "forecaster": {
+        "list_cluster_custom_object": _calls("tessera.io", "predictiveautoscalers", "list"),
+        "patch_namespaced_custom_object_status": _calls(
+            "tessera.io", "predictiveautoscalers/status", "patch"
+        ),
+        "get_namespaced_custom_object": _calls("keda.sh", "scaledobjects", "get"),
+        "create_namespaced_custom_object": _calls("keda.sh", "scaledobjects", "create"),
+        "replace_namespaced_custom_object": _calls("keda.sh", "scaledobjects", "update"),
+        "delete_namespaced_custom_object": _calls("keda.sh", "scaledobjects", "delete"),
+    },
+    # users' JobSets labelled `tessera.io/queue` in any namespace: listed each round, read for their
+    # uid (Events), held and released (patched), deleted when their job is cancelled
+    "admission": {
+        "list_cluster_custom_object": _calls("jobset.x-k8s.io", "jobsets", "list"),
+        "get_namespaced_custom_object": _calls("jobset.x-k8s.io", "jobsets", "get"),
+        "patch_namespaced_custom_object": _calls("jobset.x-k8s.io", "jobsets", "patch"),
+        "delete_namespaced_custom_object": _calls("jobset.x-k8s.io", "jobsets", "delete"),
+    },
+    # each PodGroup's status, kept from its pods (scheduler/entrypoints/podgroup_status.py)
+    "scheduler": {
+        "patch_namespaced_custom_object_status": _calls(
+            POD_GROUP_API_GROUP, f"{POD_GROUP_PLURAL}/status", "patch"
+        ),
+    },
 }
 
 _NODES_READ = {"list_nodes": _calls("", "nodes", "list"), "watch_nodes": _calls("", "nodes", "watch")}
@@ -81,8 +143,8 @@ PORT_CALLS: Mapping[str, frozenset[ApiCall]] = {
     "get_pod": _calls("", "pods", "get"),
     "list_pod_groups": _calls(POD_GROUP_API_GROUP, POD_GROUP_PLURAL, "list"),
     "watch_pod_groups": _calls(POD_GROUP_API_GROUP, POD_GROUP_PLURAL, "watch"),
-    # reads the pod, writes the device assignment annotation, then POSTs the Binding
-    "bind": _calls("", "pods", "get", "patch") | _calls("", "pods/binding", "create"),
+    # one POST of the Binding, the device assignment among its annotations
+    "bind": _calls("", "pods/binding", "create"),
     "evict": _calls("", "pods/eviction", "create"),
     "patch_node": _calls("", "nodes", "patch"),
     "cordon": _calls("", "nodes", "patch"),
@@ -105,25 +167,79 @@ LEASE_CALLS: frozenset[ApiCall] = frozenset(
 )
 
 #: per service, every Kubernetes API call it makes. Services with none get a ServiceAccount that
-#: can do nothing (slicing will patch nodes and write the device plugin's ConfigMaps once its code
-#: does; admission's webhook is still to come).
+#: can do nothing.
 SERVICE_CALLS: Mapping[str, frozenset[ApiCall]] = {
     # NVML or dcgm-exporter on its own node; the devcluster source reads the devcluster over HTTP
     "telemetry": frozenset(),
-    "forecaster": frozenset(),
-    "admission": frozenset(),
+    # the PredictiveAutoscaler controller: its autoscalers, their scale targets, the HPAs and KEDA
+    # ScaledObjects it owns, and Events on its autoscalers
+    "forecaster": frozenset().union(*CUSTOM_OBJECT_CALLS["forecaster"].values())
+    | frozenset(
+        CLIENT_CALLS[m]
+        for m in (
+            "read_namespaced_deployment",
+            "read_namespaced_stateful_set",
+            "read_namespaced_replica_set",
+            "read_namespaced_horizontal_pod_autoscaler",
+            "create_namespaced_horizontal_pod_autoscaler",
+            "replace_namespaced_horizontal_pod_autoscaler",
+            "delete_namespaced_horizontal_pod_autoscaler",
+            "create_namespaced_event",
+        )
+    ),
+    # each job's Indexed Jobs and headless Service in its job namespace (made suspended, deleted when
+    # the job is cancelled); users' Jobs labelled `tessera.io/queue` in any namespace: listed each
+    # round, held and released (read, then patched), and an Event on each Job it holds or releases;
+    # its conditions in each Job's status; the PriorityClasses, listed for labelled Jobs' priority;
+    # the pods labelled with a job id, listed to reconcile jobs with what runs; users' pods labelled
+    # `tessera.io/queue` in any namespace: listed, their scheduling gate removed (read, then patched),
+    # deleted when preempted, their conditions written through the status subresource
+    "admission": frozenset(
+        CLIENT_CALLS[m]
+        for m in (
+            "create_namespaced_job",
+            "delete_namespaced_job",
+            "create_namespaced_service",
+            "delete_namespaced_service",
+            "read_namespaced_job",
+            "patch_namespaced_job",
+            "list_job_for_all_namespaces",
+            "list_pod_for_all_namespaces",
+            "read_namespaced_pod",
+            "patch_namespaced_pod",
+            "delete_namespaced_pod",
+            "read_namespaced_pod_status",
+            "patch_namespaced_pod_status",
+            "create_namespaced_event",
+            "read_namespaced_job_status",
+            "patch_namespaced_job_status",
+            "list_priority_class",
+        )
+    )
+    | frozenset().union(*CUSTOM_OBJECT_CALLS["admission"].values()),
     "scheduler": (
         CACHE_CALLS  # every node, pod and PodGroup of the cluster
         | PORT_CALLS["get_pod"]
         | PORT_CALLS["bind"]
         | PORT_CALLS["evict"]
-        # the pods and PodGroup of an admitted job, in the scheduler's namespace only
-        | _calls("", "pods", "create", scope="namespace")
-        | _calls(POD_GROUP_API_GROUP, POD_GROUP_PLURAL, "create", scope="namespace")
+        | frozenset().union(*CUSTOM_OBJECT_CALLS["scheduler"].values())  # PodGroups' status
         # one scheduler decides at a time: the holder of its Lease, in the release's namespace
         | LEASE_CALLS
     ),
-    "slicing": frozenset(),
+    # applies layouts: reads nodes and the pods on them, cordons and labels nodes, evicts checkpointed
+    # pods off GPUs being drained, writes the MIG
+    # manager's and device plugin's ConfigMaps, and reports a failed change as a node condition and Event
+    "slicing": (
+        PORT_CALLS["list_nodes"]
+        | PORT_CALLS["get_node"]
+        | PORT_CALLS["list_pods"]
+        | PORT_CALLS["patch_node"]
+        | PORT_CALLS["update_config_map"]
+        | PORT_CALLS["evict"]  # a checkpointed job moved off a GPU being drained
+        | frozenset(CLIENT_CALLS[m] for m in ("read_node", "patch_node_status", "create_namespaced_event"))
+        # one replica plans at a time: the holder of its Lease, in the release's namespace
+        | LEASE_CALLS
+    ),
     # watches nodes for impending termination (spot interruptions, scale-down, maintenance)
     "checkpoint": PORT_CALLS["list_nodes"] | PORT_CALLS["watch_nodes"],
 }

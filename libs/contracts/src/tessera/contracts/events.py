@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tessera.contracts import subjects
 from tessera.contracts.base import FieldError, Message
 from tessera.contracts.jobs import JobSpec
+from tessera.contracts.slicing import LayoutPlanned, ReconfigFailed, Reconfigured
 
 
 class SubmitJob(Message):
@@ -558,5 +559,8 @@ ALL: tuple[type[Message], ...] = (
     ReadyForEviction,
     RecordMetric,
     ForecastUpdated,
+    LayoutPlanned,
+    Reconfigured,
+    ReconfigFailed,
 )
 BY_TYPE: dict[str, type[Message]] = {m.TYPE: m for m in ALL}

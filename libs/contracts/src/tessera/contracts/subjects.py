@@ -38,12 +38,19 @@ def save_checkpoint(job_id: str) -> str:
     return f"{ROOT}.checkpoint.cmd.save.{_TOKEN.sub('_', job_id)}"
 
 
+def tenant_submit_job(tenant: str) -> str:
+    """The submit subject of one tenant: external publishers hold credentials for theirs alone, and
+    admission refuses a submission whose spec names another tenant. Tenants are DNS labels (no dots)."""
+    return f"{SUBMIT_JOB}.{tenant}"
+
+
 def gpu_samples(node: str) -> str:
     """Samples of one node; node names may hold dots, which are not allowed inside a token."""
     return f"{ROOT}.telemetry.gpu.{_TOKEN.sub('_', node)}"
 
 
 SUBMIT_JOB = command("admission", "submit_job")
+ALL_TENANT_SUBMITS = f"{SUBMIT_JOB}.*"
 JOB_ACCEPTED = event("admission", "job_accepted")
 JOB_REJECTED = event("admission", "job_rejected")
 JOB_ADMITTED = event("admission", "job_admitted")
@@ -68,3 +75,6 @@ CHECKPOINT_FAILED = event("checkpoint", "checkpoint_failed")
 READY_FOR_EVICTION = event("checkpoint", "ready_for_eviction")
 RECORD_METRIC = command("forecaster", "record_metric")
 FORECAST_UPDATED = event("forecaster", "forecast_updated")
+LAYOUT_PLANNED = event("slicing", "layout_planned")
+RECONFIGURED = event("slicing", "reconfigured")
+RECONFIG_FAILED = event("slicing", "reconfig_failed")

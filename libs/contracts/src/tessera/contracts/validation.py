@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,20 +18,39 @@ _FRIENDLY = {
 }
 
 
+def printable(text: str) -> str:
+    """``text`` with NUL, other control characters and lone surrogates escaped, so it can be
+    written back in a UTF-8 error body or a log line (a field path can hold a user's key)."""
+    if text.isprintable():
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return (
+        "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+        .encode("utf-8", "backslashreplace")
+        .decode("utf-8")
+    )
+
+
 def field_path(loc: Sequence[int | str], prefix: str = "") -> str:
     path = prefix
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
         else:
-            path = f"{path}.{part}" if path else str(part)
+            part = printable(str(part))
+            path = f"{path}.{part}" if path else part
     return path or "(body)"
 
 
 def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
+    return field_errors_of(exc.errors(), prefix)
+
+
+def field_errors_of(details: Iterable[Mapping[str, Any]], prefix: str = "") -> list[FieldError]:
+    """Pydantic's error details (of a ValidationError, or of a framework that validated a request)
+    as field paths and reasons."""
     errors = []
-    for err in exc.errors():
-        reason = err["msg"].removeprefix("Value error, ")
+    for err in details:
+        reason = printable(err["msg"].removeprefix("Value error, "))
         ctx: dict[str, Any] = err.get("ctx") or {}
         if err["type"] in _FRIENDLY and (
             err["type"] != "string_pattern_mismatch" or ctx.get("pattern") == DNS_LABEL

@@ -23,10 +23,11 @@ GPU_MILLI_ANNOTATION: Final = "tessera.io/gpu-milli"
 GPU_MODELS_ANNOTATION: Final = "tessera.io/gpu-models"
 GPU_ASSIGNMENT_ANNOTATION: Final = "tessera.io/gpu-assignment"
 
-# The jobs admission admits: the scheduler labels their pods and PodGroup with the job's id; a
+# The jobs admission admits: their workloads label each pod with the job's id and pod group; a
 # checkpointable job's pods are annotated as such and get the checkpoint to resume from in their env
 # (what the checkpoint client and the devcluster's simulated trainer read).
 JOB_ID_LABEL: Final = "tessera.io/job-id"
+JOB_POD_GROUP_LABEL: Final = "tessera.io/pod-group-name"  # the job spec's pod group a pod belongs to
 CHECKPOINTABLE_ANNOTATION: Final = "tessera.io/checkpointable"
 CHECKPOINT_URI_ENV: Final = "TESSERA_CHECKPOINT_URI"
 

@@ -17,6 +17,7 @@ from tessera.cluster.conventions.names import (
     POD_GROUP_LABEL,
     mig_profile_of_resource,
 )
+from tessera.cluster.domain.affinity import parse_required_affinity
 from tessera.cluster.domain.allocation import DeviceAssignment
 from tessera.cluster.domain.gpu import MILLI_PER_GPU
 from tessera.cluster.domain.node import TaintEffect, Toleration, TolerationOperator
@@ -71,6 +72,7 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
         resource_version=get(metadata, "resourceVersion"),
         deleting=get(metadata, "deletionTimestamp") is not None,
         problem=problem,
+        gated=bool(get(spec, "schedulingGates")),
     )
 
 
@@ -98,6 +100,7 @@ def parse_pod_requirements(spec: Mapping[str, Any], annotations: Mapping[str, st
         node_selector=string_map(spec, "nodeSelector", "spec.nodeSelector"),
         tolerations=tolerations,
         priority=int(get(spec, "priority", 0)),
+        node_affinity=parse_required_affinity(spec),
     )
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from tessera.cluster.domain.affinity import NodeSelectorTerm
 from tessera.cluster.domain.allocation import DeviceAssignment
 from tessera.cluster.domain.gpu import MILLI_PER_GPU
 from tessera.cluster.domain.node import Toleration
@@ -81,6 +82,8 @@ class PodRequirements:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     priority: int = 0
+    #: required node affinity: the nodeSelectorTerms, any of which a node must match
+    node_affinity: tuple[NodeSelectorTerm, ...] = ()
 
     def __post_init__(self) -> None:
         if self.cpu_milli < 0:
@@ -139,6 +142,8 @@ class Pod:
     resource_version: str | None = None
     deleting: bool = False
     problem: str | None = None
+    gated: bool = False
+    """The pod has scheduling gates (`spec.schedulingGates`): no scheduler may place it yet."""
 
     def __post_init__(self) -> None:
         if not self.namespace:

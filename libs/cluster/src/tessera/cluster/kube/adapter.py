@@ -36,10 +36,8 @@ from tessera.cluster.domain.requirements import Pod, PodGroup, PodRef
 from tessera.cluster.kube.errors import translate
 from tessera.cluster.kube.watch import stream_events
 from tessera.cluster.port import (
-    AlreadyBound,
     ConfigMap,
     ConfigMapMutation,
-    Conflict,
     Listing,
     NotFound,
     PodSelector,
@@ -51,7 +49,6 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
-_BIND_ATTEMPTS = 3
 
 
 class KubernetesCluster:
@@ -118,35 +115,19 @@ class KubernetesCluster:
     # ---- writes -------------------------------------------------------------------------------
 
     async def bind(self, ref: PodRef, node: str, assignment: DeviceAssignment | None = None) -> None:
-        """Write the device assignment, then POST the Binding.
+        """POST the Binding, carrying the device assignment as an annotation: one call.
 
-        The annotation is written only while the pod is still unbound: the merge patch carries the
-        resourceVersion just read, and a concurrent change (409) is reread and retried.
+        The API server's binding storage writes a Binding's annotations onto the pod in the same
+        update that sets its node, and only while the pod is unbound (409 otherwise, raised as
+        AlreadyBound), so the assignment never lands on a pod bound elsewhere.
         """
-        for attempt in range(_BIND_ATTEMPTS):
-            pod = await self.get_pod(ref)
-            if pod.node_name:
-                raise AlreadyBound(f'pod {ref} is already assigned to node "{pod.node_name}"')
-            if assignment is None:
-                break
-            patch = {
-                "metadata": {
-                    "resourceVersion": pod.resource_version,
-                    "annotations": {GPU_ASSIGNMENT_ANNOTATION: encode_assignment(assignment)},
-                }
-            }
-            try:
-                await self._call(
-                    self._core.patch_namespaced_pod, ref.name, ref.namespace, patch, _content_type=MERGE_PATCH
-                )
-                break
-            except Conflict:
-                if attempt == _BIND_ATTEMPTS - 1:
-                    raise
+        metadata: dict[str, Any] = {"name": ref.name, "namespace": ref.namespace}
+        if assignment is not None:
+            metadata["annotations"] = {GPU_ASSIGNMENT_ANNOTATION: encode_assignment(assignment)}
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": ref.name, "namespace": ref.namespace},
+            "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         await self._call(
@@ -320,20 +301,28 @@ def _config_map(raw: Mapping[str, Any]) -> ConfigMap:
 
 
 def api_client(
-    *, url: str | None = None, kubeconfig: str | None = None, in_cluster: bool = False
+    *,
+    url: str | None = None,
+    kubeconfig: str | None = None,
+    in_cluster: bool = False,
+    connections: int | None = None,
 ) -> k8s.ApiClient:
-    """An ApiClient for a server URL (no auth, e.g. the devcluster), a kubeconfig file, or in-cluster."""
+    """An ApiClient for a server URL (no auth, e.g. the devcluster), a kubeconfig file, or in-cluster.
+
+    ``connections``: how many connections to the server it keeps open (the client's default is five
+    per CPU, ten on two, which open watches and a pool of callers overrun: every call beyond it then
+    opens a connection of its own and throws it away)."""
     from kubernetes import config as k8s_config
 
-    if url is not None:
-        configuration = k8s.Configuration()
-        configuration.host = url
-        return k8s.ApiClient(configuration)
-    if in_cluster:
-        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return k8s.ApiClient()
     configuration = k8s.Configuration()
-    k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=kubeconfig, client_configuration=configuration
-    )
+    if url is not None:
+        configuration.host = url
+    elif in_cluster:
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=configuration
+        )
+    if connections is not None:
+        configuration.connection_pool_maxsize = connections
     return k8s.ApiClient(configuration)

@@ -1,12 +1,13 @@
 """A watch stream served by a dedicated thread, so the blocking client never stalls the event loop.
 
 The thread reads newline-delimited JSON events from the raw response and hands them to the loop
-through a queue. Closing the async iterator shuts the socket down, which wakes the thread at once.
+through a queue, waking the loop once per burst of events rather than once per event. Closing the async iterator shuts the socket down, which wakes the thread at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -35,13 +36,29 @@ async def stream_events(
     BOOKMARK events only move the resourceVersion on; objects that fail to parse are skipped.
     """
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[Any] = asyncio.Queue()
+    pending: collections.deque[Any] = collections.deque()
+    ready = asyncio.Event()  # set on the loop once items wait in `pending`
+    woken = threading.Event()  # a wake-up is on its way to the loop: no need for another
     holder: dict[str, Any] = {}
     stop = threading.Event()
 
     def put(item: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody listens any more
-            loop.call_soon_threadsafe(queue.put_nowait, item)
+        # One wake-up per burst, not per event: waking the loop from another thread writes to its
+        # self-pipe, a system call each time, and a busy watch delivers hundreds of events a second.
+        pending.append(item)
+        if not woken.is_set():
+            woken.set()
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody listens any more
+                loop.call_soon_threadsafe(ready.set)
+
+    async def get() -> Any:
+        while not pending:
+            woken.clear()  # before looking again, so an item put from now on wakes the loop
+            if pending:
+                break
+            await ready.wait()
+            ready.clear()
+        return pending.popleft()
 
     def pump() -> None:
         try:
@@ -70,7 +87,7 @@ async def stream_events(
     thread.start()
     try:
         while True:
-            item = await queue.get()
+            item = await get()
             if item is _END:
                 return
             if isinstance(item, ClusterError):

@@ -138,6 +138,39 @@ def test_the_legacy_bindings_collection_binds_too(core: client.CoreV1Api) -> Non
     assert core.read_namespaced_pod("p", "default").spec.node_name == "n1"
 
 
+def test_a_bindings_annotations_are_written_onto_the_pod_with_its_node(core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod("p"))
+    body = client.V1Binding(
+        metadata=client.V1ObjectMeta(name="p", annotations={"example.com/gpus": "0,1"}),
+        target=client.V1ObjectReference(kind="Node", name="gpu-0"),
+    )
+    core.create_namespaced_pod_binding("p", "default", body, _preload_content=False)
+
+    bound = core.read_namespaced_pod("p", "default")
+    assert bound.spec.node_name == "gpu-0"
+    assert bound.metadata.annotations == {"example.com/gpus": "0,1"}
+
+
+def test_a_binding_whose_uid_or_resource_version_is_not_the_pods_is_409(core: client.CoreV1Api) -> None:
+    created = core.create_namespaced_pod("default", pod("p"))
+    stale = [
+        client.V1ObjectMeta(name="p", uid="another-uid"),
+        client.V1ObjectMeta(name="p", resource_version=str(int(created.metadata.resource_version) - 1)),
+    ]
+    for metadata in stale:
+        body = client.V1Binding(metadata=metadata, target=client.V1ObjectReference(kind="Node", name="gpu-0"))
+        with pytest.raises(ApiException) as caught:
+            core.create_namespaced_pod_binding("p", "default", body, _preload_content=False)
+        assert caught.value.status == 409 and "Precondition failed" in caught.value.body
+    assert core.read_namespaced_pod("p", "default").spec.node_name is None
+
+    current = client.V1ObjectMeta(
+        name="p", uid=created.metadata.uid, resource_version=created.metadata.resource_version
+    )
+    body = client.V1Binding(metadata=current, target=client.V1ObjectReference(kind="Node", name="gpu-0"))
+    assert core.create_namespaced_pod_binding("p", "default", body, _preload_content=False).status == 201
+
+
 def test_eviction_deletes_the_pod(core: client.CoreV1Api) -> None:
     core.create_namespaced_pod("default", pod("victim"))
     eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name="victim", namespace="default"))

@@ -21,7 +21,11 @@ def deployment(**labels: str) -> dict[str, Any]:
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "web", "labels": labels},
-        "spec": {"replicas": 1},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}},
+        },
     }
 
 
@@ -35,7 +39,7 @@ def test_apply_creates_then_merges_the_configuration_into_the_object() -> None:
     updated, was_created = store.apply(DEPLOYMENTS, "ns", "web", config)
 
     assert not was_created
-    assert updated["spec"] == {"replicas": 3}
+    assert updated["spec"] == {**created["spec"], "replicas": 3}
     # no field ownership: the label an earlier configuration set stays
     assert updated["metadata"]["labels"] == {"tier": "a", "team": "b"}
     assert updated["metadata"]["uid"] == created["metadata"]["uid"]

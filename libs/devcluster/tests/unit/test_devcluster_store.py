@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tessera.devcluster.apiserver.errors import ApiError
-from tessera.devcluster.apiserver.resources import CONFIGMAPS, NODES, PODS
+from tessera.devcluster.apiserver.resources import CONFIGMAPS, JOBS, NODES, PODS
 from tessera.devcluster.apiserver.selectors import Selector
 from tessera.devcluster.apiserver.store import ObjectStore
 
@@ -83,6 +83,20 @@ def test_bind_once_then_conflict() -> None:
     assert caught.value.code == 409 and 'already assigned to node "n1"' in caught.value.message
 
 
+def test_a_pod_held_by_scheduling_gates_cannot_be_bound_until_they_are_removed() -> None:
+    store = ObjectStore()
+    gated = pod("a")
+    gated["spec"] = {"containers": [{"name": "c"}], "schedulingGates": [{"name": "tessera.io/admission"}]}
+    store.create(PODS, "ns", gated)
+
+    with pytest.raises(ApiError) as caught:
+        store.bind("ns", "a", "n1")
+    assert caught.value.code == 409 and "non-empty .spec.schedulingGates" in caught.value.message
+
+    store.mutate(PODS, "ns", "a", lambda p: p["spec"].update(schedulingGates=[]))
+    assert store.bind("ns", "a", "n1")["spec"]["nodeName"] == "n1"
+
+
 async def test_watch_replays_history_after_a_resource_version() -> None:
     store = ObjectStore()
     store.create(PODS, "ns", pod("a", app="web"))
@@ -124,3 +138,22 @@ async def test_closing_the_store_watches_ends_them() -> None:
     store.close_watches()
 
     assert await watch.next(1.0) is None and watch.closed
+
+
+def test_the_owner_index_follows_owner_references_through_writes_and_deletes() -> None:
+    store = ObjectStore()
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u-1", "controller": True}
+    store.create(PODS, "ns", {"metadata": {"name": "b", "ownerReferences": [owner]}})
+    store.create(PODS, "ns", {"metadata": {"name": "a", "ownerReferences": [owner]}})
+    store.create(PODS, "ns", {"metadata": {"name": "stray"}})
+
+    assert [p["metadata"]["name"] for p in store.owned_by("u-1", PODS)] == ["a", "b"]
+    assert store.owned_by("u-1", JOBS) == []
+
+    store.patch(PODS, "ns", "b", {"metadata": {"ownerReferences": None}}, "application/merge-patch+json")
+    store.delete(PODS, "ns", "a")
+    store.patch(
+        PODS, "ns", "stray", {"metadata": {"ownerReferences": [owner]}}, "application/merge-patch+json"
+    )
+
+    assert [(t.plural, o["metadata"]["name"]) for t, o in store.owned_keys("u-1")] == [("pods", "stray")]

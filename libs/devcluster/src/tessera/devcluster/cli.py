@@ -53,6 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path(".tessera/kubeconfig"),
         help="where to write the kubeconfig (default: .tessera/kubeconfig)",
     )
+    serve.add_argument(
+        "--state-file",
+        type=Path,
+        default=None,
+        help="keep every object and the simulated hardware in this JSON file (written atomically each "
+        "second while something changes, and on stop) and restore it at start, so running pods go on "
+        "running across a restart (default: nothing is kept)",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one)")
     serve.add_argument(
@@ -69,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=5.0,
         help="simulated seconds the MIG manager takes to lay out GPUs (default: 5)",
+    )
+    serve.add_argument(
+        "--default-pod-seconds",
+        type=float,
+        default=None,
+        help="simulated seconds a pod without tessera.io/sim-duration runs before it exits 0 "
+        "(default: until it is deleted)",
     )
     serve.add_argument(
         "--nats-url",
@@ -141,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             return asyncio.run(_serve(args))
         return _replay(args)
-    except (ClusterFileError, TraceError, ValueError) as exc:
+    except (ClusterFileError, TraceError, ValueError) as exc:  # SnapshotError included
         print(f"tessera-devcluster: error: {exc}", file=sys.stderr)
         return 2
 
@@ -153,6 +168,7 @@ async def _serve(args: argparse.Namespace) -> int:
         speed=args.speed,
         pod_start_seconds=args.pod_start_seconds,
         mig_reconfigure_seconds=args.mig_reconfigure_seconds,
+        default_pod_seconds=args.default_pod_seconds,
     )
     trainer = TrainerSettings(
         nats_url=args.nats_url or None,
@@ -162,7 +178,13 @@ async def _serve(args: argparse.Namespace) -> int:
     nodes = load_cluster(args.cluster, limit=args.limit) if args.cluster else default_cluster()
     trace = DutyCycleTrace.load(args.duty_cycle)
     cluster = DevCluster(
-        nodes, settings=settings, trainer=trainer, duty_cycle=trace, host=args.host, port=args.port
+        nodes,
+        settings=settings,
+        trainer=trainer,
+        duty_cycle=trace,
+        host=args.host,
+        port=args.port,
+        state_file=args.state_file,
     )
     async with cluster:
         path = cluster.write_kubeconfig(args.kubeconfig)
@@ -170,7 +192,12 @@ async def _serve(args: argparse.Namespace) -> int:
         print(
             f"devcluster: {len(nodes)} nodes, {gpus} GPUs; API server {cluster.url}; kubeconfig {path}; "
             f"NVML {cluster.url}/nvml/<node>; speed x{args.speed:g}; checkpoints {trainer.storage_url}"
-            + ("; trainers talk to the checkpoint service over NATS" if trainer.nats_url else ""),
+            + ("; trainers talk to the checkpoint service over NATS" if trainer.nats_url else "")
+            + (
+                f"; restored {cluster.restored} objects from {args.state_file}"
+                if cluster.restored is not None
+                else ""
+            ),
             flush=True,
         )
         stop = asyncio.Event()

@@ -24,8 +24,12 @@ from types import TracebackType
 from typing import Any, Self
 
 from tessera.cluster.cluster_file import NodeSpec, load_cluster
+from tessera.devcluster import persistence
 from tessera.devcluster.apiserver import NODES, ApiServer
+from tessera.devcluster.apiserver.resources import DEFAULT_RESOURCES, ResourceRegistry
+from tessera.devcluster.controllers import WorkloadControllers
 from tessera.devcluster.sim.context import SimContext, SimSettings
+from tessera.devcluster.sim.hpa import HORIZONTAL_POD_AUTOSCALERS
 from tessera.devcluster.sim.http import register_http_endpoints
 from tessera.devcluster.sim.kubelet import Kubelet
 from tessera.devcluster.sim.nvml import DutyCycleTrace, GpuReading, NvmlModel, PodLoad
@@ -53,19 +57,41 @@ class DevCluster:
         port: int = 0,
         history: int = 10_000,
         podresources: bool = True,
+        state_file: Path | None = None,
     ) -> None:
         if not nodes:
             raise ValueError("a devcluster needs at least one node")
         self.settings = settings or SimSettings()
-        self.apiserver = ApiServer(host=host, port=port, history=history)
+        # autoscaling/v2 HPAs are served too (sim/hpa.py simulates their controller)
+        registry = ResourceRegistry((*DEFAULT_RESOURCES, HORIZONTAL_POD_AUTOSCALERS))
+        self.apiserver = ApiServer(host=host, port=port, history=history, registry=registry)
         sim_nodes = {spec.name: SimNode.from_spec(spec, i) for i, spec in enumerate(nodes)}
         self.ctx = SimContext(self.apiserver.store, self.settings, sim_nodes, trainer or TrainerSettings())
         self.kubelet = Kubelet(self.ctx)
         self.operator = GpuOperator(self.ctx, on_node_lost=self.kubelet.node_lost)
         self.spot = SpotInterruptions(self.ctx)
+        #: Jobs, JobSets, ReplicaSets, Deployments and the garbage collector
+        self.controllers = WorkloadControllers(self.apiserver.store, self.apiserver.webhooks)
         self.nvml = NvmlModel(duty_cycle or DutyCycleTrace.load())
         #: the kubelet's PodResources gRPC API per node (off for very large simulated clusters)
         self.podresources = PodResourcesServers(self.ctx, host) if podresources else None
+        #: where the objects and the simulated hardware are kept across restarts (see persistence.py)
+        self.persister = (
+            persistence.Persister(state_file, self.apiserver.store, self.ctx)
+            if state_file is not None
+            else None
+        )
+        #: how many objects came back from the state file (None: nothing was restored)
+        self.restored: int | None = None
+        if state_file is not None and state_file.exists():
+            self.restored = persistence.restore(
+                persistence.read(state_file),
+                self.apiserver.store,
+                registry,
+                self.ctx,
+                self.apiserver.emulator.serve_crd,
+                state_file,
+            )
         self._tasks: list[asyncio.Task[None]] = []
         self._thread_mode = False
         self._stopping: asyncio.Event | None = None
@@ -99,6 +125,11 @@ class DevCluster:
         self.operator.install()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self.kubelet.run()), loop.create_task(self.operator.run())]
+        if self.restored is not None:
+            self.kubelet.resume()
+        if self.persister is not None:
+            self._tasks.append(loop.create_task(self.persister.run()))
+        self.controllers.start()
         await asyncio.sleep(0)  # let the controllers open their watches
         return self
 
@@ -106,6 +137,7 @@ class DevCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.spot.stop()
+        await self.controllers.stop()
         await self.kubelet.stop()
         await self.operator.stop()
         if self.podresources is not None:
@@ -114,6 +146,8 @@ class DevCluster:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.persister is not None:
+            await self.persister.final()
         await self.apiserver.__aexit__(exc_type, exc, tb)
 
     def start(self, timeout: float = 30.0) -> str:

@@ -64,27 +64,44 @@ PODDISRUPTIONBUDGETS = ResourceType(
     "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), frozenset({"status"})
 )
 
-# What a Helm chart deploys (Tessera's own, helm/tessera): stored and served, never reconciled (no
-# controller makes a Deployment's pods). CustomResourceDefinitions also serve their resources.
+# What a Helm chart deploys (Tessera's own, helm/tessera), and the workloads users run. The
+# devcluster's controllers (tessera.devcluster.controllers) reconcile Jobs, JobSets, ReplicaSets and
+# Deployments; CustomResourceDefinitions also serve their resources.
 _STATUS = frozenset({"status"})
+_STATUS_SCALE = frozenset({"status", "scale"})
 SERVICEACCOUNTS = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",))
 SECRETS = ResourceType("", "v1", "secrets", "Secret", True)
 SERVICES = ResourceType("", "v1", "services", "Service", True, ("svc",), _STATUS, categories=("all",))
 DEPLOYMENTS = ResourceType(
-    "apps", "v1", "deployments", "Deployment", True, ("deploy",), _STATUS, categories=("all",)
+    "apps", "v1", "deployments", "Deployment", True, ("deploy",), _STATUS_SCALE, categories=("all",)
+)
+REPLICASETS = ResourceType(
+    "apps", "v1", "replicasets", "ReplicaSet", True, ("rs",), _STATUS_SCALE, categories=("all",)
 )
 DAEMONSETS = ResourceType(
     "apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), _STATUS, categories=("all",)
 )
 STATEFULSETS = ResourceType(
-    "apps", "v1", "statefulsets", "StatefulSet", True, ("sts",), _STATUS, categories=("all",)
+    "apps", "v1", "statefulsets", "StatefulSet", True, ("sts",), _STATUS_SCALE, categories=("all",)
 )
 JOBS = ResourceType("batch", "v1", "jobs", "Job", True, (), _STATUS, categories=("all",))
+JOBSETS = ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, (), _STATUS)
+MUTATINGWEBHOOKCONFIGURATIONS = ResourceType(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    False,
+)
+PRIORITYCLASSES = ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, ("pc",))
 _RBAC = "rbac.authorization.k8s.io"
 ROLES = ResourceType(_RBAC, "v1", "roles", "Role", True)
 ROLEBINDINGS = ResourceType(_RBAC, "v1", "rolebindings", "RoleBinding", True)
 CLUSTERROLES = ResourceType(_RBAC, "v1", "clusterroles", "ClusterRole", False)
 CLUSTERROLEBINDINGS = ResourceType(_RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", False)
+ENDPOINTS = ResourceType("", "v1", "endpoints", "Endpoints", True, ("ep",))
+APISERVICES = ResourceType("apiregistration.k8s.io", "v1", "apiservices", "APIService", False, (), _STATUS)
+"""an API group another server provides, proxied to it (`aggregation`)"""
 CUSTOMRESOURCEDEFINITIONS = ResourceType(
     "apiextensions.k8s.io",
     "v1",
@@ -100,9 +117,12 @@ DEPLOYMENT_RESOURCES: tuple[ResourceType, ...] = (
     SECRETS,
     SERVICES,
     DEPLOYMENTS,
+    REPLICASETS,
     DAEMONSETS,
     STATEFULSETS,
     JOBS,
+    JOBSETS,
+    MUTATINGWEBHOOKCONFIGURATIONS,
     ROLES,
     ROLEBINDINGS,
     CLUSTERROLES,
@@ -120,6 +140,9 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     PODGROUPS,
     LEASES,
     PODDISRUPTIONBUDGETS,
+    PRIORITYCLASSES,
+    ENDPOINTS,
+    APISERVICES,
     *DEPLOYMENT_RESOURCES,
 )
 

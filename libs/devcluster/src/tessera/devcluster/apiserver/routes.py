@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp.web
 import yaml
 
-from tessera.devcluster.apiserver import errors
+from tessera.devcluster.apiserver import errors, ownership, scale
 from tessera.devcluster.apiserver.errors import ApiError
 from tessera.devcluster.apiserver.patching import APPLY_PATCH
 from tessera.devcluster.apiserver.resources import (
@@ -25,6 +25,7 @@ from tessera.devcluster.apiserver.resources import (
 from tessera.devcluster.apiserver.selectors import Selector
 from tessera.devcluster.apiserver.store import ObjectStore
 from tessera.devcluster.apiserver.tables import to_table, wants_table
+from tessera.devcluster.apiserver.webhooks import MutatingWebhooks
 
 
 @dataclass(frozen=True)
@@ -81,11 +82,14 @@ class ResourceRouter:
         store: ObjectStore,
         registry: ResourceRegistry,
         on_crd: Callable[[dict[str, Any]], None] | None = None,
+        webhooks: MutatingWebhooks | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.on_crd = on_crd
         """Called with every CustomResourceDefinition written, to serve its resources."""
+        self.webhooks = webhooks
+        """The mutating admission webhooks that objects created through the API pass."""
 
     async def handle(self, request: aiohttp.web.BaseRequest, route: Route) -> aiohttp.web.StreamResponse:
         try:
@@ -123,19 +127,42 @@ class ResourceRouter:
             )
         query = request.query
         method = request.method.upper()
+        if route.subresource == "scale" and route.name is not None:
+            body = await self._body(request) if method in ("PUT", "PATCH") else None
+            return _json(
+                scale.handle(self.store, resource, route.namespace, route.name, method, body, request)
+            )
         if method == "GET":
             if query.get("watch", "").lower() in ("true", "1"):
                 return await self._watch(request, resource, route)
             if route.name is None:
                 return self._list(request, resource, route)
             return self._maybe_table(request, resource, self.store.get(resource, route.namespace, route.name))
-        body = await self._body(request)
+        body = await self._admit(request, method, resource, route, await self._body(request))
         response = self._write(request, method, resource, route, body)
         written = method in ("POST", "PUT", "PATCH") and response.status < 300
         if resource == CUSTOMRESOURCEDEFINITIONS and written and self.on_crd is not None:
             assert isinstance(response.body, bytes)
             self.on_crd(json.loads(response.body))
         return response
+
+    async def _admit(
+        self, request: aiohttp.web.BaseRequest, method: str, resource: ResourceType, route: Route, body: Any
+    ) -> Any:
+        """A create passes the mutating admission webhooks (a server-side apply that creates, too)."""
+        if self.webhooks is None or not isinstance(body, dict) or route.subresource is not None:
+            return body
+        if method == "POST" and route.name is None and resource != BINDINGS:
+            return await self.webhooks.admit_create(resource, route.namespace, body)
+        if (
+            method == "PATCH"
+            and _media(request) == APPLY_PATCH
+            and route.name is not None
+            and self.store.find(resource, route.namespace, route.name) is None
+        ):
+            metadata = {**(body.get("metadata") or {}), "name": route.name}
+            return await self.webhooks.admit_create(resource, route.namespace, {**body, "metadata": metadata})
+        return body
 
     def _write(
         self, request: aiohttp.web.BaseRequest, method: str, resource: ResourceType, route: Route, body: Any
@@ -159,9 +186,23 @@ class ResourceRouter:
             )
             return _json(obj)
         if method == "DELETE":
-            preconditions = (body or {}).get("preconditions") if isinstance(body, dict) else None
-            return _json(self.store.delete(resource, route.namespace, route.name, preconditions))
+            return self._delete(request, resource, route, body)
         raise errors.method_not_allowed(f"{method} is not allowed on {request.path}")
+
+    def _delete(
+        self, request: aiohttp.web.BaseRequest, resource: ResourceType, route: Route, body: Any
+    ) -> aiohttp.web.Response:
+        assert route.name is not None
+        preconditions = (body or {}).get("preconditions") if isinstance(body, dict) else None
+        policy = ownership.propagation_policy(resource, body, request.query.get("propagationPolicy"))
+        found = self.store.get(resource, route.namespace, route.name)
+        uid = found["metadata"]["uid"]
+        if policy == "Orphan":
+            ownership.orphan_dependents(self.store, uid)
+        elif policy == "Foreground":
+            ownership.delete_dependents(self.store, uid)
+        # Background: the garbage collector deletes the dependents once the owner is gone.
+        return _json(self.store.delete(resource, route.namespace, route.name, preconditions))
 
     def _selector(self, request: aiohttp.web.BaseRequest) -> Selector:
         return Selector.parse(request.query.get("labelSelector"), request.query.get("fieldSelector"))
@@ -211,7 +252,12 @@ class ResourceRouter:
         target = body.get("target") or {}
         if target.get("kind", "Node") != "Node":
             raise errors.invalid("Binding", pod, "target.kind", "must be Node")
-        self.store.bind(namespace or "default", pod, target.get("name", ""))
+        meta = body.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        if not (isinstance(annotations, dict) and all(isinstance(v, str) for v in annotations.values())):
+            raise errors.invalid("Binding", pod, "metadata.annotations", "must be a map of strings")
+        preconditions = {field: str(meta[field]) for field in ("uid", "resourceVersion") if meta.get(field)}
+        self.store.bind(namespace or "default", pod, target.get("name", ""), annotations, preconditions)
         return _json(_success(201), 201)
 
     def _delete_collection(

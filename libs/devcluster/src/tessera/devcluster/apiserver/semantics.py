@@ -6,10 +6,12 @@ import copy
 import re
 from typing import Any
 
+from tessera.devcluster.apiserver import admissionregistration, workloads
 from tessera.devcluster.apiserver.clock import rfc3339_now
 from tessera.devcluster.apiserver.errors import invalid
 from tessera.devcluster.apiserver.resources import (
     CUSTOMRESOURCEDEFINITIONS,
+    MUTATINGWEBHOOKCONFIGURATIONS,
     NAMESPACES,
     NODES,
     PODS,
@@ -52,11 +54,17 @@ def prepare_for_create(resource: ResourceType, obj: dict[str, Any]) -> None:
         obj["status"] = status
     elif resource == NAMESPACES:
         obj["status"] = {"phase": "Active"}
+        # Every namespace carries its name as a label, which webhooks' namespaceSelectors match.
+        obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
     elif resource == NODES:
         obj.setdefault("spec", {})
         obj.setdefault("status", {})
     elif resource == CUSTOMRESOURCEDEFINITIONS:
         obj["status"] = crd_status(obj)
+    elif workloads.is_workload(resource):
+        workloads.prepare_for_create(resource, obj)
+    elif resource == MUTATINGWEBHOOKCONFIGURATIONS:
+        admissionregistration.prepare(obj)
     elif resource.has_status:
         obj.setdefault("status", {})
 
@@ -107,7 +115,10 @@ def _without_images(containers: Any) -> Any:
 
 def validate_update(resource: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> None:
     """Reject the changes the real server forbids on update of the main resource."""
+    if resource == MUTATINGWEBHOOKCONFIGURATIONS:
+        admissionregistration.prepare(new)
     if resource != PODS:
+        workloads.validate_update(resource, old, new)
         return
     default_pod_spec(new.setdefault("spec", {}))
     name = old["metadata"]["name"]

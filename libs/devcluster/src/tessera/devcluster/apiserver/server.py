@@ -21,7 +21,7 @@ import yaml
 from kmock._internal import k8s as kmock_k8s
 from kmock._internal import rendering as kmock_rendering
 
-from tessera.devcluster.apiserver import openapi
+from tessera.devcluster.apiserver import aggregation, openapi
 from tessera.devcluster.apiserver.resources import (
     NAMESPACES,
     ResourceRegistry,
@@ -30,6 +30,7 @@ from tessera.devcluster.apiserver.resources import (
 )
 from tessera.devcluster.apiserver.routes import ResourceRouter, parse_route
 from tessera.devcluster.apiserver.store import ObjectStore
+from tessera.devcluster.apiserver.webhooks import MutatingWebhooks
 
 SERVER_VERSION = {
     "major": "1",
@@ -50,12 +51,15 @@ _KEEP_REQUESTS = 256  # kmock records requests for assertions; a long-running se
 class DevClusterEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     store: ObjectStore = attrs.field(factory=ObjectStore)
     registry: ResourceRegistry = attrs.field(factory=ResourceRegistry)
+    webhooks: MutatingWebhooks | None = attrs.field(default=None)
     _router: ResourceRouter | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         # Only the scaffold's discovery reactions: resource requests never reach kmock's own store.
         kmock_k8s.KubernetesScaffold.__attrs_post_init__(self)
-        self._router = ResourceRouter(self.store, self.registry, on_crd=self.serve_crd)
+        self._router = ResourceRouter(
+            self.store, self.registry, on_crd=self.serve_crd, webhooks=self.webhooks
+        )
         self.fallback["get /openapi/v3"] << (lambda: openapi.root_document(self.registry))
         self.fallback["get", re.compile(r"/openapi/v3/.+")] << self._serve_openapi
         for rtype in self.registry:
@@ -82,6 +86,9 @@ class DevClusterEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
                 self._discover(rtype)
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        apiservice = aggregation.proxied(raw_request.path, self.registry, self.store)
+        if apiservice is not None:  # a group another server provides: kube-aggregator's proxy
+            return await aggregation.handle(self.store, apiservice, raw_request)
         route = parse_route(raw_request.path)
         if route is not None and self._router is not None:
             return await self._router.handle(raw_request, route)
@@ -123,7 +130,12 @@ class DevClusterEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         return dict(SERVER_VERSION)
 
 
-_SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "binding": ["create"], "eviction": ["create"]}
+_SUBRESOURCE_VERBS = {
+    "status": ["get", "patch", "update"],
+    "scale": ["get", "patch", "update"],
+    "binding": ["create"],
+    "eviction": ["create"],
+}
 
 
 def discovery_entries(rtype: ResourceType) -> list[dict[str, Any]]:
@@ -139,16 +151,17 @@ def discovery_entries(rtype: ResourceType) -> list[dict[str, Any]]:
         }
     ]
     for sub in sorted(rtype.subresources):
-        kind = {"binding": "Binding", "eviction": "Eviction"}.get(sub, rtype.kind)
-        entries.append(
-            {
-                "name": f"{rtype.plural}/{sub}",
-                "singularName": "",
-                "namespaced": rtype.namespaced,
-                "kind": kind,
-                "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"]),
-            }
-        )
+        kind = {"binding": "Binding", "eviction": "Eviction", "scale": "Scale"}.get(sub, rtype.kind)
+        entry = {
+            "name": f"{rtype.plural}/{sub}",
+            "singularName": "",
+            "namespaced": rtype.namespaced,
+            "kind": kind,
+            "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"]),
+        }
+        if sub == "scale":
+            entry.update(group="autoscaling", version="v1")
+        entries.append(entry)
     return entries
 
 
@@ -182,7 +195,11 @@ class ApiServer:
         for namespace in DEFAULT_NAMESPACES:
             if self.store.find(NAMESPACES, None, namespace) is None:
                 self.store.create(NAMESPACES, None, {"metadata": {"name": namespace}})
-        self.emulator = DevClusterEmulator(store=self.store, registry=registry or ResourceRegistry())
+        #: the mutating admission webhooks, for API creates and the devcluster controllers' own
+        self.webhooks = MutatingWebhooks(self.store)
+        self.emulator = DevClusterEmulator(
+            store=self.store, registry=registry or ResourceRegistry(), webhooks=self.webhooks
+        )
         self._host = host
         self._port = port
         self._runner: aiohttp.web.ServerRunner | None = None

@@ -9,23 +9,24 @@ and tests may call it from any thread while the HTTP server runs on its event lo
 from __future__ import annotations
 
 import asyncio
+import builtins
 import collections
 import copy
 import random
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tessera.devcluster.apiserver import errors, semantics
 from tessera.devcluster.apiserver.clock import rfc3339_now
+from tessera.devcluster.apiserver.indexes import Key, StoreIndexes
 from tessera.devcluster.apiserver.patching import STRATEGIC_MERGE_PATCH, apply_patch
 from tessera.devcluster.apiserver.resources import PODS, ResourceType
 from tessera.devcluster.apiserver.selectors import Selector
 from tessera.devcluster.apiserver.watching import StoredEvent, Watch
 
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-Key = tuple[ResourceType, str, str]
 
 
 class ObjectStore:
@@ -34,6 +35,7 @@ class ObjectStore:
             raise ValueError(f"history must be at least 1, got {history}")
         self._lock = threading.RLock()
         self._objects: dict[Key, dict[str, Any]] = {}
+        self._indexes = StoreIndexes()
         self._revision = 0
         self._history: collections.deque[StoredEvent] = collections.deque(maxlen=history)
         self._compacted = 0  # the newest revision no longer in the history
@@ -64,10 +66,27 @@ class ObjectStore:
         with self._lock:
             items = [
                 copy.deepcopy(obj)
-                for (rtype, ns, _), obj in sorted(self._objects.items(), key=lambda kv: kv[0][1:])
-                if rtype == resource and (namespace is None or ns == namespace) and selector.matches(obj)
+                for (_, ns, _), obj in self._indexes.of_type(resource)
+                if (namespace is None or ns == namespace) and selector.matches(obj)
             ]
             return items, self._revision
+
+    def owned_by(
+        self, owner_uid: str, resource: ResourceType | None = None, *, copy_objects: bool = True
+    ) -> builtins.list[dict[str, Any]]:
+        """The objects (of one type, or all) whose ownerReferences name the uid, by namespace and name.
+        `copy_objects=False` hands out the stored objects themselves, for callers that only read them
+        (the controllers, which reconcile often); they must not be changed."""
+        with self._lock:
+            keys = self._indexes.owned(owner_uid, resource)
+            if not copy_objects:
+                return [self._objects[k] for k in keys]
+            return [copy.deepcopy(self._objects[k]) for k in keys]
+
+    def owned_keys(self, owner_uid: str) -> builtins.list[tuple[ResourceType, dict[str, Any]]]:
+        """Like `owned_by`, with each object's type."""
+        with self._lock:
+            return [(k[0], copy.deepcopy(self._objects[k])) for k in self._indexes.owned(owner_uid)]
 
     # ---- writes ------------------------------------------------------------------------------
 
@@ -216,12 +235,29 @@ class ObjectStore:
                 return copy.deepcopy(self._commit(key, new, "MODIFIED", old))
             return copy.deepcopy(self._remove(key, old))
 
-    def bind(self, namespace: str, pod_name: str, node_name: str) -> dict[str, Any]:
-        """pods/binding: assign a pod to a node once; a second binding is 409 Conflict."""
+    def bind(
+        self,
+        namespace: str,
+        pod_name: str,
+        node_name: str,
+        annotations: Mapping[str, str] | None = None,
+        preconditions: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """pods/binding: assign a pod to a node once; a second binding, or binding a pod that
+        scheduling gates still hold, is 409 Conflict. As the API server's binding storage does, the
+        Binding's annotations are written onto the pod in the same update, and its ``uid`` and
+        ``resourceVersion`` (``preconditions``), when given, must be the pod's (409 otherwise)."""
         if not node_name:
             raise errors.invalid("Binding", pod_name, "target.name", "Required value: a node name")
         with self._lock:
             old = self._require(PODS, namespace, pod_name)
+            for field, wanted in (preconditions or {}).items():
+                if wanted and str(wanted) != str(old["metadata"].get(field)):
+                    raise errors.conflict(
+                        "pods/binding",
+                        pod_name,
+                        f"Precondition failed: {field}: {wanted} != {old['metadata'].get(field)}",
+                    )
             current = (old.get("spec") or {}).get("nodeName")
             if current:
                 raise errors.conflict(
@@ -229,11 +265,43 @@ class ObjectStore:
                 )
             if old["metadata"].get("deletionTimestamp"):
                 raise errors.conflict("pods/binding", pod_name, f"pod {pod_name} is being deleted")
+            if (old.get("spec") or {}).get("schedulingGates"):  # as the API server's binding storage
+                raise errors.conflict(
+                    "pods/binding", pod_name, f"pod {pod_name} has non-empty .spec.schedulingGates"
+                )
             new = copy.deepcopy(old)
             new["spec"]["nodeName"] = node_name
+            if annotations:
+                new["metadata"]["annotations"] = {**(new["metadata"].get("annotations") or {}), **annotations}
             conditions = [c for c in new["status"].get("conditions", []) if c.get("type") != "PodScheduled"]
             new["status"]["conditions"] = [*conditions, semantics.pod_scheduled_condition()]
             return copy.deepcopy(self._commit(self._key(PODS, namespace, pod_name), new, "MODIFIED", old))
+
+    # ---- snapshots (see tessera.devcluster.persistence) ---------------------------------------
+
+    def contents(self) -> tuple[int, builtins.list[tuple[ResourceType, dict[str, Any]]]]:
+        """The revision and every stored object with its type. The objects are the stored ones, not
+        copies: they are replaced on write, never changed, so a reader may serialise them unlocked."""
+        with self._lock:
+            return self._revision, [(key[0], obj) for key, obj in self._objects.items()]
+
+    def restore(self, revision: int, objects: builtins.list[tuple[ResourceType, dict[str, Any]]]) -> None:
+        """Replace everything with ``objects`` at ``revision``, before anyone watches. The history
+        starts empty: a watch from an older resourceVersion gets 410 Gone and relists."""
+        with self._lock:
+            if self._watches:
+                raise RuntimeError("restore: the store is being watched; restore before serving")
+            self._objects, self._indexes, self._history = (
+                {},
+                StoreIndexes(),
+                collections.deque(maxlen=self._history.maxlen),
+            )
+            for resource, obj in objects:
+                meta = obj["metadata"]
+                key = self._key(resource, meta.get("namespace"), meta["name"])
+                self._objects[key] = obj
+                self._indexes.stored(key, None, obj)
+            self._revision = self._compacted = revision
 
     # ---- watches -----------------------------------------------------------------------------
 
@@ -257,8 +325,8 @@ class ObjectStore:
             if resource_version in (None, "", "0"):
                 backlog = [
                     {"type": "ADDED", "object": obj}
-                    for (rtype, ns, _), obj in sorted(self._objects.items(), key=lambda kv: kv[0][1:])
-                    if rtype == resource and (namespace is None or ns == namespace) and selector.matches(obj)
+                    for (_, ns, _), obj in self._indexes.of_type(resource)
+                    if (namespace is None or ns == namespace) and selector.matches(obj)
                 ]
             else:
                 since = _parse_revision(resource_version)
@@ -359,6 +427,7 @@ class ObjectStore:
         self._revision += 1
         obj["metadata"]["resourceVersion"] = str(self._revision)
         self._objects[key] = obj
+        self._indexes.stored(key, old, obj)
         self._publish(StoredEvent(self._revision, kind, key[0], key[1], obj, old))
         return obj
 
@@ -367,6 +436,7 @@ class ObjectStore:
         last = copy.deepcopy(old)
         last["metadata"]["resourceVersion"] = str(self._revision)
         del self._objects[key]
+        self._indexes.removed(key, old)
         self._publish(StoredEvent(self._revision, "DELETED", key[0], key[1], last, old))
         return last
 

@@ -7,7 +7,16 @@ from collections.abc import Callable
 from typing import Any
 
 from tessera.devcluster.apiserver.clock import parse_rfc3339
-from tessera.devcluster.apiserver.resources import NODES, PODGROUPS, PODS, ResourceType
+from tessera.devcluster.apiserver.resources import (
+    DEPLOYMENTS,
+    JOBS,
+    JOBSETS,
+    NODES,
+    PODGROUPS,
+    PODS,
+    REPLICASETS,
+    ResourceType,
+)
 
 Column = tuple[str, str, int]  # name, type, priority (1 = only with -o wide)
 
@@ -123,6 +132,103 @@ _PODGROUP_COLUMNS: list[Column] = [
 ]
 
 
+def _conditions(obj: dict[str, Any]) -> dict[str, str]:
+    return {c.get("type", ""): c.get("status", "") for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def _job_row(job: dict[str, Any]) -> list[Any]:
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    conditions = _conditions(job)
+    state = next(
+        (s for s in ("Complete", "Failed", "Suspended") if conditions.get(s) == "True"),
+        "Running" if status.get("startTime") else "Pending",
+    )
+    completions = spec.get("completions")
+    duration = "<none>"
+    if status.get("startTime"):
+        end = parse_rfc3339(status["completionTime"]) if status.get("completionTime") else None
+        duration = age(status["startTime"], end)
+    return [
+        job["metadata"]["name"],
+        state,
+        f"{status.get('succeeded', 0)}/{completions if completions is not None else 1}",
+        duration,
+        age(job["metadata"].get("creationTimestamp")),
+    ]
+
+
+_JOB_COLUMNS: list[Column] = [
+    ("Name", "string", 0),
+    ("Status", "string", 0),
+    ("Completions", "string", 0),
+    ("Duration", "string", 0),
+    ("Age", "string", 0),
+]
+
+
+def _deployment_row(deployment: dict[str, Any]) -> list[Any]:
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    return [
+        deployment["metadata"]["name"],
+        f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 1)}",
+        status.get("updatedReplicas", 0),
+        status.get("availableReplicas", 0),
+        age(deployment["metadata"].get("creationTimestamp")),
+    ]
+
+
+_DEPLOYMENT_COLUMNS: list[Column] = [
+    ("Name", "string", 0),
+    ("Ready", "string", 0),
+    ("Up-to-date", "integer", 0),
+    ("Available", "integer", 0),
+    ("Age", "string", 0),
+]
+
+
+def _replicaset_row(replicaset: dict[str, Any]) -> list[Any]:
+    spec, status = replicaset.get("spec") or {}, replicaset.get("status") or {}
+    return [
+        replicaset["metadata"]["name"],
+        spec.get("replicas", 1),
+        status.get("replicas", 0),
+        status.get("readyReplicas", 0),
+        age(replicaset["metadata"].get("creationTimestamp")),
+    ]
+
+
+_REPLICASET_COLUMNS: list[Column] = [
+    ("Name", "string", 0),
+    ("Desired", "integer", 0),
+    ("Current", "integer", 0),
+    ("Ready", "integer", 0),
+    ("Age", "string", 0),
+]
+
+
+def _jobset_row(jobset: dict[str, Any]) -> list[Any]:
+    status = jobset.get("status") or {}
+    conditions = _conditions(jobset)
+    return [
+        jobset["metadata"]["name"],
+        status.get("terminalState", ""),
+        status.get("restarts", 0),
+        conditions.get("Completed", ""),
+        bool((jobset.get("spec") or {}).get("suspend")),
+        age(jobset["metadata"].get("creationTimestamp")),
+    ]
+
+
+_JOBSET_COLUMNS: list[Column] = [
+    ("Name", "string", 0),
+    ("TerminalState", "string", 0),
+    ("Restarts", "integer", 0),
+    ("Completed", "string", 0),
+    ("Suspended", "boolean", 0),
+    ("Age", "string", 0),
+]
+
+
 def _default_row(obj: dict[str, Any]) -> list[Any]:
     return [obj["metadata"]["name"], age(obj["metadata"].get("creationTimestamp"))]
 
@@ -133,6 +239,10 @@ _PRINTERS: dict[ResourceType, tuple[list[Column], Callable[[dict[str, Any]], lis
     PODS: (_POD_COLUMNS, _pod_row),
     NODES: (_NODE_COLUMNS, _node_row),
     PODGROUPS: (_PODGROUP_COLUMNS, _podgroup_row),
+    JOBS: (_JOB_COLUMNS, _job_row),
+    DEPLOYMENTS: (_DEPLOYMENT_COLUMNS, _deployment_row),
+    REPLICASETS: (_REPLICASET_COLUMNS, _replicaset_row),
+    JOBSETS: (_JOBSET_COLUMNS, _jobset_row),
 }
 
 

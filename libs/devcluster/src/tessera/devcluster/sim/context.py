@@ -11,7 +11,9 @@ from tessera.devcluster.sim.devices import Holding
 from tessera.devcluster.sim.state import SimClock, SimNode
 from tessera.devcluster.sim.trainer import TrainerSettings
 
-__all__ = ["SIM_DURATION_ANNOTATION", "PodDevices", "SimContext", "SimSettings"]
+SIM_EXIT_CODE_ANNOTATION = "tessera.io/sim-exit-code"
+
+__all__ = ["SIM_DURATION_ANNOTATION", "SIM_EXIT_CODE_ANNOTATION", "PodDevices", "SimContext", "SimSettings"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,8 @@ class SimSettings:
     speed: float = 1.0
     pod_start_seconds: float = 1.0
     mig_reconfigure_seconds: float = 5.0
+    #: how long a pod without `tessera.io/sim-duration` runs; None: until it is deleted
+    default_pod_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if self.speed <= 0:
@@ -28,6 +32,8 @@ class SimSettings:
         for name in ("pod_start_seconds", "mig_reconfigure_seconds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must not be negative, got {getattr(self, name)}")
+        if self.default_pod_seconds is not None and self.default_pod_seconds < 0:
+            raise ValueError(f"default_pod_seconds: must not be negative, got {self.default_pod_seconds}")
 
 
 @dataclass

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import yaml
+
 from tessera.cluster.catalogue import CATALOGUE, UnknownMigConfig, mig_parted_layout, typical_board
 from tessera.cluster.catalogue import model as catalogue_model
 from tessera.cluster.conventions import (
@@ -34,11 +36,20 @@ from tessera.cluster.conventions import (
     time_slicing_replicas,
 )
 from tessera.cluster.domain.gpu import Gpu, GpuHealth, MigInstance, MigMode
+from tessera.devcluster.sim import mig_parted
 from tessera.devcluster.sim.state import SimGpu, SimNode
 
 DEVICE_PLUGIN_NAMESPACE = "gpu-operator"
 DEVICE_PLUGIN_CONFIGMAP = "device-plugin-config"
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"
+
+# The operands the MIG manager stops while it reconfigures, by their `nvidia.com/gpu.deploy.*` labels.
+OPERAND_LABELS = (
+    "nvidia.com/gpu.deploy.device-plugin",
+    "nvidia.com/gpu.deploy.gpu-feature-discovery",
+    "nvidia.com/gpu.deploy.dcgm-exporter",
+)
+PAUSED_FOR_MIG_CHANGE = "paused-for-mig-change"
 
 # The product strings GPU Feature Discovery reports for the catalogue's models.
 PRODUCTS: dict[str, str] = {
@@ -64,6 +75,16 @@ def default_device_plugin_configs() -> dict[str, str]:
     return data
 
 
+def mig_parted_configmap() -> dict[str, Any]:
+    """The MIG manager's ConfigMap, with no named config yet (the built-in names still apply)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": mig_parted.MIG_PARTED_CONFIGMAP, "namespace": DEVICE_PLUGIN_NAMESPACE},
+        "data": {mig_parted.MIG_PARTED_KEY: "version: v1\nmig-configs: {}\n"},
+    }
+
+
 def device_plugin_configmap() -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -74,20 +95,51 @@ def device_plugin_configmap() -> dict[str, Any]:
 
 
 def replicas_for(labels: dict[str, str], configmap_data: dict[str, str] | None) -> int:
-    """Time-slicing replicas of `nvidia.com/gpu` for a node: its label picks a config of the ConfigMap."""
+    """Replicas of `nvidia.com/gpu` for a node (time-slicing or MPS): its label picks a config of the ConfigMap."""
+    return sharing_for(labels, configmap_data)[1]
+
+
+def sharing_for(labels: dict[str, str], configmap_data: dict[str, str] | None) -> tuple[str, int]:
+    """(strategy, replicas) of the node's device-plugin config: `none`, `time-slicing` or `mps`."""
     data = configmap_data or {}
     name = labels.get(DEVICE_PLUGIN_CONFIG_LABEL, DEFAULT_DEVICE_PLUGIN_CONFIG)
     text = data.get(name)
     if text is None:
-        return 1  # the device plugin keeps its last good config; with none, it does not share
+        return "none", 1  # the device plugin keeps its last good config; with none, it does not share
     try:
-        return time_slicing_replicas(text).get(GPU_RESOURCE, 1)
+        sliced = time_slicing_replicas(text).get(GPU_RESOURCE, 1)
+        mps = _mps_replicas(text)
     except ValueError:
-        return 1
+        return "none", 1
+    if mps > 1:
+        return "mps", mps
+    return ("time-slicing", sliced) if sliced > 1 else ("none", 1)
 
 
-def mig_layout(node: SimNode, config: str) -> list[tuple[bool, tuple[MigInstance, ...]]]:
-    """Per-GPU (MIG enabled, instances) for a mig-parted config; UnknownMigConfig when it does not apply."""
+def _mps_replicas(text: str) -> int:
+    """Replicas of `nvidia.com/gpu` under `sharing.mps` (the device plugin's MPS control daemon)."""
+    body = yaml.safe_load(text) or {}
+    sharing = body.get("sharing") if isinstance(body, dict) else None
+    mps = sharing.get("mps") if isinstance(sharing, dict) else None
+    resources = mps.get("resources") if isinstance(mps, dict) else None
+    for item in resources if isinstance(resources, list) else []:
+        if isinstance(item, dict) and item.get("name") == GPU_RESOURCE:
+            replicas = item.get("replicas")
+            if not isinstance(replicas, int) or replicas < 1:
+                raise ValueError("sharing.mps.resources[].replicas: expected an integer >= 1")
+            return replicas
+    return 1
+
+
+def mig_layout(
+    node: SimNode, config: str, mig_configs: dict[str, str] | None = None
+) -> list[tuple[bool, tuple[MigInstance, ...]]]:
+    """Per-GPU (MIG enabled, instances) for a mig-parted config: a named config of the MIG manager's
+    ConfigMap (`mig_configs`, per-device entries; unlisted GPUs keep their layout) or one of the
+    operator's built-in names. UnknownMigConfig or ValueError when it does not apply to the node."""
+    entries = mig_parted.entries_for(mig_configs, config)
+    if entries is not None:
+        return _per_device_layout(node, entries)
     result = []
     for gpu in node.gpus:
         entry = catalogue_model(gpu.model)
@@ -96,6 +148,26 @@ def mig_layout(node: SimNode, config: str) -> list[tuple[bool, tuple[MigInstance
             result.append((True, entry.mig.place(layout.profiles)))
         else:
             result.append((layout.mig_enabled, ()))
+    return result
+
+
+def _per_device_layout(
+    node: SimNode, entries: tuple[mig_parted.DeviceEntry, ...]
+) -> list[tuple[bool, tuple[MigInstance, ...]]]:
+    listed = mig_parted.listed_devices(entries, len(node.gpus))
+    result: list[tuple[bool, tuple[MigInstance, ...]]] = []
+    for gpu in node.gpus:
+        wanted = mig_parted.entry_profiles(entries, gpu.index, gpu.model) if gpu.index in listed else None
+        if wanted is None:
+            result.append((gpu.mig_enabled, gpu.mig_instances))
+            continue
+        enabled, profiles = wanted
+        geometry = catalogue_model(gpu.model).mig
+        try:
+            instances = geometry.place(profiles) if profiles and geometry is not None else ()
+        except ValueError as exc:
+            raise ValueError(f"GPU {gpu.index} ({gpu.model}): {exc}") from None
+        result.append((enabled, instances))
     return result
 
 
@@ -139,7 +211,7 @@ def gpu_inventory(node: SimNode) -> list[Gpu]:
     ]
 
 
-def operator_labels(node: SimNode, replicas: int) -> dict[str, str | None]:
+def operator_labels(node: SimNode, replicas: int, strategy: str | None = None) -> dict[str, str | None]:
     """GFD labels (None removes a label)."""
     if not node.gpus:
         return {}
@@ -151,7 +223,7 @@ def operator_labels(node: SimNode, replicas: int) -> dict[str, str | None]:
         GPU_COUNT_LABEL: str(len(visible)),
         GPU_MEMORY_LABEL: str(first.memory_mib),
         GPU_REPLICAS_LABEL: str(replicas),
-        GPU_SHARING_STRATEGY_LABEL: "time-slicing" if replicas > 1 else "none",
+        GPU_SHARING_STRATEGY_LABEL: strategy or ("time-slicing" if replicas > 1 else "none"),
         MIG_CAPABLE_LABEL: "true"
         if first.model in CATALOGUE and CATALOGUE[first.model].mig_capable
         else "false",
@@ -176,10 +248,10 @@ def operator_annotations(node: SimNode) -> dict[str, str]:
     return annotations
 
 
-def validate_mig_config(node: SimNode, config: str) -> str | None:
+def validate_mig_config(node: SimNode, config: str, mig_configs: dict[str, str] | None = None) -> str | None:
     """None when the config applies to every GPU of the node, else the reason it does not."""
     try:
-        mig_layout(node, config)
+        mig_layout(node, config, mig_configs)
     except (UnknownMigConfig, ValueError) as exc:
         return str(exc)
     return None

@@ -1,8 +1,11 @@
 """The simulated kubelet of every devcluster node.
 
 A pod bound to a simulated node is admitted (its devices allocated), goes Running after a short
-start delay, and Succeeds after its `tessera.io/sim-duration` annotation (simulated seconds); a pod
-without one runs until deleted. When its node is lost the pod Fails with reason NodeLost. A pod annotated
+start delay, and ends after its `tessera.io/sim-duration` annotation (simulated seconds: "90", "5s",
+"2m", "1h"), or after `SimSettings.default_pod_seconds` when set; without either it runs until
+deleted. It ends with the exit code of `tessera.io/sim-exit-code` (default 0): 0 Succeeds, anything
+else Fails, and its containers show the code as terminated. Containers are not restarted, whatever
+the restartPolicy. When its node is lost the pod Fails with reason NodeLost. A pod annotated
 `tessera.io/checkpointable` runs a simulated trainer while it runs (see `tessera.devcluster.sim.trainer`).
 """
 
@@ -13,14 +16,20 @@ import contextlib
 import hashlib
 import logging
 import zlib
+from datetime import UTC, datetime
 from typing import Any
 
 from tessera.cluster.conventions import parse_pod_requirements
 from tessera.cluster.domain.requirements import PodRequirements
-from tessera.devcluster.apiserver.clock import rfc3339_now
+from tessera.devcluster.apiserver.clock import parse_rfc3339, rfc3339_now
 from tessera.devcluster.apiserver.errors import ApiError
 from tessera.devcluster.apiserver.resources import PODS
-from tessera.devcluster.sim.context import SIM_DURATION_ANNOTATION, PodDevices, SimContext
+from tessera.devcluster.sim.context import (
+    SIM_DURATION_ANNOTATION,
+    SIM_EXIT_CODE_ANNOTATION,
+    PodDevices,
+    SimContext,
+)
 from tessera.devcluster.sim.devices import AdmissionError, allocate, uses_gpus
 from tessera.devcluster.sim.nvml import SIM_PROFILE_ANNOTATION
 from tessera.devcluster.sim.state import SimNode
@@ -46,21 +55,46 @@ def sim_profile(pod: dict[str, Any]) -> str:
     return "inference" if "tessera.io/gpu-milli" in annotations else "training"
 
 
-def sim_duration(pod: dict[str, Any]) -> float | None:
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "90", "90s", "1.5m", "2h" or "500ms"; ValueError otherwise."""
+    stripped = text.strip()
+    for unit in ("ms", "s", "m", "h"):
+        if stripped.endswith(unit):
+            return float(stripped[: -len(unit)]) * _UNITS[unit]
+    return float(stripped)
+
+
+def sim_duration(pod: dict[str, Any], default: float | None = None) -> float | None:
     text = (pod["metadata"].get("annotations") or {}).get(SIM_DURATION_ANNOTATION)
     if text is None:
-        return None
+        return default
     try:
-        value = float(text)
+        value = parse_duration(str(text))
     except ValueError:
         log.warning(
-            "pod %s: %s=%r is not a number of seconds; it runs until deleted",
+            "pod %s: %s=%r is not a duration (90, 90s, 2m, 1h); it runs until deleted",
             pod_key(pod),
             SIM_DURATION_ANNOTATION,
             text,
         )
         return None
     return max(0.0, value)
+
+
+def sim_exit_code(pod: dict[str, Any]) -> int:
+    text = (pod["metadata"].get("annotations") or {}).get(SIM_EXIT_CODE_ANNOTATION)
+    if text is None:
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        log.warning(
+            "pod %s: %s=%r is not an integer; it exits 0", pod_key(pod), SIM_EXIT_CODE_ANNOTATION, text
+        )
+        return 0
 
 
 class Kubelet:
@@ -119,7 +153,13 @@ class Kubelet:
             self._finish(key, uid, "Failed", *rejection)
             return
         self._lifecycles[key] = asyncio.get_running_loop().create_task(
-            self._live(key, uid, sim_duration(pod), trainer_spec(pod, self.ctx.trainer))
+            self._live(
+                key,
+                uid,
+                sim_duration(pod, self.ctx.settings.default_pod_seconds),
+                sim_exit_code(pod),
+                trainer_spec(pod, self.ctx.trainer),
+            )
         )
 
     def _rejection(self, node: SimNode, pod: dict[str, Any]) -> tuple[str, str] | None:
@@ -146,17 +186,57 @@ class Kubelet:
             )
         return None
 
-    async def _live(self, key: str, uid: str, duration: float | None, trainer: TrainerSpec | None) -> None:
+    def resume(self) -> None:
+        """Take the pods back that a restored snapshot says were admitted here: a running pod goes on
+        for what is left of its duration (from its startTime, in simulated seconds) with its trainer;
+        an admitted one that had not started starts. Devices of pods gone or ended are released."""
+        with self.ctx.lock:
+            admitted = list(self.ctx.devices.items())
+        for key, devices in admitted:
+            namespace, name = key.split("/", 1)
+            pod = self.ctx.store.find(PODS, namespace, name)
+            phase = ((pod or {}).get("status") or {}).get("phase")
+            if pod is None or pod["metadata"]["uid"] != devices.uid or phase in _TERMINAL:
+                self._release(key, devices.uid)
+                continue
+            duration = sim_duration(pod, self.ctx.settings.default_pod_seconds)
+            if devices.running and duration is not None:
+                duration = max(0.0, duration - _simulated_since(pod, self.ctx.settings.speed))
+            self._lifecycles[key] = asyncio.get_running_loop().create_task(
+                self._live(
+                    key,
+                    devices.uid,
+                    duration,
+                    sim_exit_code(pod),
+                    trainer_spec(pod, self.ctx.trainer),
+                    already_running=devices.running,
+                )
+            )
+
+    async def _live(
+        self,
+        key: str,
+        uid: str,
+        duration: float | None,
+        exit_code: int,
+        trainer: TrainerSpec | None,
+        *,
+        already_running: bool = False,
+    ) -> None:
         try:
-            await self.ctx.clock.sleep(self.ctx.settings.pod_start_seconds)
-            if not self._set_running(key, uid):
-                return
+            if not already_running:
+                await self.ctx.clock.sleep(self.ctx.settings.pod_start_seconds)
+                if not self._set_running(key, uid):
+                    return
             if trainer is not None:
                 self.trainers.start(key, uid, trainer)
             if duration is None:
                 return
             await self.ctx.clock.sleep(duration)
-            self._finish(key, uid, "Succeeded", "Completed", "")
+            if exit_code == 0:
+                self._finish(key, uid, "Succeeded", "Completed", "")
+            else:
+                self._finish(key, uid, "Failed", "Error", "", exit_code)
         finally:
             self._lifecycles.pop(key, None)
 
@@ -202,7 +282,11 @@ class Kubelet:
             devices.running = True
         return True
 
-    def _finish(self, key: str, uid: str, phase: str, reason: str, message: str) -> None:
+    def _finish(
+        self, key: str, uid: str, phase: str, reason: str, message: str, exit_code: int | None = None
+    ) -> None:
+        """End the pod. A container that exited on its own (`exit_code` given) leaves the pod's own
+        reason unset, as the kubelet does; the node or the kubelet failing it sets reason and message."""
         namespace, name = key.split("/", 1)
         now = rfc3339_now()
 
@@ -211,7 +295,7 @@ class Kubelet:
                 raise _Skip
             status = pod["status"]
             status["phase"] = phase
-            if reason != "Completed":
+            if reason != "Completed" and exit_code is None:
                 status["reason"], status["message"] = reason, message
             status["conditions"] = [
                 *[
@@ -222,13 +306,31 @@ class Kubelet:
                 {"type": "Ready", "status": "False", "lastTransitionTime": now, "reason": "PodCompleted"},
                 {"type": "ContainersReady", "status": "False", "lastTransitionTime": now},
             ]
-            exit_code = 0 if phase == "Succeeded" else 137
+            if reason == "NodeLost":
+                # what the pod garbage collector marks on the pods of a lost node before it deletes them
+                status["conditions"].append(
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "DeletionByPodGC",
+                        "message": message,
+                        "lastTransitionTime": now,
+                    }
+                )
+            code = exit_code if exit_code is not None else (0 if phase == "Succeeded" else 137)
             status["containerStatuses"] = [
                 {
                     **cs,
                     "ready": False,
                     "started": False,
-                    "state": {"terminated": {"exitCode": exit_code, "reason": reason, "finishedAt": now}},
+                    "state": {
+                        "terminated": {
+                            "exitCode": code,
+                            "reason": reason,
+                            "startedAt": (cs.get("state") or {}).get("running", {}).get("startedAt"),
+                            "finishedAt": now,
+                        }
+                    },
                 }
                 for cs in status.get("containerStatuses", [])
             ]
@@ -299,6 +401,15 @@ class Kubelet:
 
 class _Skip(Exception):
     """The pod moved on (deleted, recreated or already ended): leave it alone."""
+
+
+def _simulated_since(pod: dict[str, Any], speed: float) -> float:
+    """Simulated seconds since the pod's startTime (wall-clock time times the speed); 0 without one."""
+    started = (pod.get("status") or {}).get("startTime")
+    if not started:
+        return 0.0
+    elapsed = datetime.now(UTC) - parse_rfc3339(str(started))
+    return max(0.0, elapsed.total_seconds() * speed)
 
 
 def _pod_ip(host: str, name: str) -> str:

@@ -3,8 +3,11 @@
 It keeps each simulated node's labels, annotations and allocatable in step with the hardware, the
 device-plugin ConfigMap and the `nvidia.com/mig.config` label. The MIG manager, like the real one,
 reconfigures only GPUs that no pod holds: it sets `nvidia.com/mig.config.state` to `pending`,
-withdraws the GPU resources while it works (a few simulated seconds), then lays the GPUs out and
-reports `success`; if pods still hold affected GPUs, or the config does not apply, it reports `failed`.
+pauses the node's GPU operands (`nvidia.com/gpu.deploy.*=paused-for-mig-change`) and withdraws the
+GPU resources while it works (a few simulated seconds), then lays the GPUs out, restarts the
+operands and reports `success`; if pods still hold affected GPUs, or the config does not apply to
+the GPUs' model, it reports `failed`. A config name is looked up in the MIG manager's ConfigMap
+first (per-device entries), then among the operator's built-in names.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import uuid
 from typing import Any
 
 from tessera.cluster.conventions import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
+from tessera.cluster.domain.gpu import MigInstance
 from tessera.devcluster.apiserver.clock import rfc3339_now
 from tessera.devcluster.apiserver.errors import ApiError
 from tessera.devcluster.apiserver.resources import CONFIGMAPS, NAMESPACES, NODES
-from tessera.devcluster.sim import gpu_operator
+from tessera.devcluster.sim import gpu_operator, mig_parted
 from tessera.devcluster.sim.context import SimContext
 from tessera.devcluster.sim.state import SimNode
 
@@ -39,19 +43,25 @@ class GpuOperator:
         store = self.ctx.store
         if store.find(NAMESPACES, None, gpu_operator.DEVICE_PLUGIN_NAMESPACE) is None:
             store.create(NAMESPACES, None, {"metadata": {"name": gpu_operator.DEVICE_PLUGIN_NAMESPACE}})
-        if (
-            store.find(CONFIGMAPS, gpu_operator.DEVICE_PLUGIN_NAMESPACE, gpu_operator.DEVICE_PLUGIN_CONFIGMAP)
-            is None
-        ):
-            store.create(
-                CONFIGMAPS, gpu_operator.DEVICE_PLUGIN_NAMESPACE, gpu_operator.device_plugin_configmap()
-            )
+        for manifest in (gpu_operator.device_plugin_configmap(), gpu_operator.mig_parted_configmap()):
+            if (
+                store.find(CONFIGMAPS, gpu_operator.DEVICE_PLUGIN_NAMESPACE, manifest["metadata"]["name"])
+                is None
+            ):
+                store.create(CONFIGMAPS, gpu_operator.DEVICE_PLUGIN_NAMESPACE, manifest)
         for node in self.ctx.nodes.values():
+            if store.find(NODES, None, node.name) is not None:  # restored from a snapshot, as it was
+                self.reconcile(node.name)
+                continue
             config = node.spec.labels.get(MIG_CONFIG_LABEL)
             state = None
             if config:
                 node.attempted_mig_config = config
-                state = "failed" if gpu_operator.validate_mig_config(node, config) else "success"
+                state = (
+                    "failed"
+                    if gpu_operator.validate_mig_config(node, config, self._mig_configs())
+                    else "success"
+                )
                 if state == "success":
                     self._lay_out(node, config)
             if store.find(NODES, None, node.name) is None:
@@ -140,12 +150,19 @@ class GpuOperator:
             node.attempted_mig_config = None
         self._publish(node, mig_state)
 
+    def _mig_configs(self) -> dict[str, str] | None:
+        found = self.ctx.store.find(
+            CONFIGMAPS, gpu_operator.DEVICE_PLUGIN_NAMESPACE, mig_parted.MIG_PARTED_CONFIGMAP
+        )
+        return None if found is None else dict(found.get("data") or {})
+
     def _start_mig(self, node: SimNode, config: str) -> str:
-        reason = gpu_operator.validate_mig_config(node, config)
+        mig_configs = self._mig_configs()
+        reason = gpu_operator.validate_mig_config(node, config, mig_configs)
         if reason is not None:
             log.warning("node %s: mig config %s does not apply: %s", node.name, config, reason)
             return "failed"
-        layout = gpu_operator.mig_layout(node, config)
+        layout = gpu_operator.mig_layout(node, config, mig_configs)
         affected = {
             gpu.uuid
             for gpu, (enabled, instances) in zip(node.gpus, layout, strict=True)
@@ -159,21 +176,27 @@ class GpuOperator:
             node.applied_mig_config = config
             return "success"
         node.mig_reconfiguring = True
-        task = asyncio.get_running_loop().create_task(self._reconfigure(node, config))
+        task = asyncio.get_running_loop().create_task(self._reconfigure(node, config, layout))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return "pending"
 
-    async def _reconfigure(self, node: SimNode, config: str) -> None:
+    async def _reconfigure(
+        self, node: SimNode, config: str, layout: list[tuple[bool, tuple[MigInstance, ...]]]
+    ) -> None:
         await self.ctx.clock.sleep(self.ctx.settings.mig_reconfigure_seconds)
         with self.ctx.lock:
-            self._lay_out(node, config)
+            self._lay_out(node, config, layout)
             node.mig_reconfiguring = False
         self._publish(node, "success")
         self.reconcile(node.name)  # the label may have changed again while the GPUs were busy
 
-    def _lay_out(self, node: SimNode, config: str) -> None:
-        for gpu, (enabled, instances) in zip(node.gpus, gpu_operator.mig_layout(node, config), strict=True):
+    def _lay_out(
+        self, node: SimNode, config: str, layout: list[tuple[bool, tuple[MigInstance, ...]]] | None = None
+    ) -> None:
+        if layout is None:
+            layout = gpu_operator.mig_layout(node, config, self._mig_configs())
+        for gpu, (enabled, instances) in zip(node.gpus, layout, strict=True):
             gpu.mig_enabled, gpu.mig_instances = enabled, instances
         node.applied_mig_config = config
 
@@ -187,15 +210,18 @@ class GpuOperator:
         def update(obj: dict[str, Any]) -> None:
             meta = obj["metadata"]
             labels = meta.setdefault("labels", {})
-            replicas = gpu_operator.replicas_for(labels, (configmap or {}).get("data"))
+            strategy, replicas = gpu_operator.sharing_for(labels, (configmap or {}).get("data"))
             node.replicas = replicas
-            for key, value in gpu_operator.operator_labels(node, replicas).items():
+            for key, value in gpu_operator.operator_labels(node, replicas, strategy).items():
                 if value is None:
                     labels.pop(key, None)
                 else:
                     labels[key] = value
             if mig_state is not None:
                 labels[MIG_CONFIG_STATE_LABEL] = mig_state
+            if node.gpus:
+                operands = gpu_operator.PAUSED_FOR_MIG_CHANGE if node.mig_reconfiguring else "true"
+                labels.update(dict.fromkeys(gpu_operator.OPERAND_LABELS, operands))
             meta.setdefault("annotations", {}).update(gpu_operator.operator_annotations(node))
             advertised = (
                 {} if node.mig_reconfiguring else gpu_operator.advertised_resources(node.gpus, replicas)

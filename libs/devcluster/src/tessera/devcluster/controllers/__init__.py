@@ -1,0 +1,56 @@
+"""The devcluster's workload controllers: Jobs, JobSets, ReplicaSets, Deployments and StatefulSets,
+and the garbage collector, simulated on the API server's store as kube-controller-manager runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from tessera.devcluster.apiserver.store import ObjectStore
+from tessera.devcluster.apiserver.webhooks import MutatingWebhooks
+from tessera.devcluster.controllers.base import ControllerContext
+from tessera.devcluster.controllers.deployments import DeploymentController
+from tessera.devcluster.controllers.garbage import GarbageCollector
+from tessera.devcluster.controllers.jobs import JobController
+from tessera.devcluster.controllers.jobsets import JobSetController
+from tessera.devcluster.controllers.replicasets import ReplicaSetController
+from tessera.devcluster.controllers.statefulsets import StatefulSetController
+
+
+class WorkloadControllers:
+    """All of them, started and stopped together on the API server's event loop."""
+
+    def __init__(self, store: ObjectStore, webhooks: MutatingWebhooks | None) -> None:
+        ctx = ControllerContext(store, webhooks)
+        self.jobs = JobController(ctx)
+        self.jobsets = JobSetController(ctx)
+        self.replicasets = ReplicaSetController(ctx)
+        self.deployments = DeploymentController(ctx)
+        self.statefulsets = StatefulSetController(ctx)
+        self.garbage = GarbageCollector(store)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(c.run())
+            for c in (
+                self.jobs,
+                self.jobsets,
+                self.replicasets,
+                self.deployments,
+                self.statefulsets,
+                self.garbage,
+            )
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+
+__all__ = ["WorkloadControllers"]

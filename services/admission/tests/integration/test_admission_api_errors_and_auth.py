@@ -98,6 +98,7 @@ async def test_crud_conflicts_and_missing_things_have_structured_bodies(api: Any
         "field": None,
         "job_id": None,
         "errors": [],
+        "request_id": None,
     }
     bad_body = await api.client.post("/v1/queues", json={"name": "q"})
     assert bad_body.status_code == 422 and bad_body.json()["field"] == "quotas"

@@ -1,5 +1,5 @@
-"""The `tessera queues`, `tessera tokens` and `tessera jobs cancel` commands against the real
-admission app (Postgres and NATS behind it)."""
+"""The `tessera queues` and `tessera jobs cancel` commands against the real admission app (Postgres
+and NATS behind it); `tessera tokens` is in test_admission_cli_tokens."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from tessera.admission.bootstrap import build
 from tessera.admission.config import AdmissionSettings
-from tessera.cli import jobs, queues, tokens
+from tessera.cli import jobs, queues
 from tessera.cli.main import app
 from tessera.core.runner import create_app
 from tessera.testing.services import settings_for
@@ -35,16 +35,16 @@ def cli(admission_db: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> Itera
         def shared(api: str | None) -> Iterator[Any]:
             yield client
 
-        for module in (jobs, queues, tokens):
+        for module in (jobs, queues):
             monkeypatch.setattr(module, "_client", shared)
         yield client
 
 
-def test_apply_status_tokens_and_cancel(cli: TestClient) -> None:
+def test_apply_status_and_cancel(cli: TestClient) -> None:
     runner = CliRunner()
     applied = runner.invoke(app, ["queues", "apply", str(EXAMPLE)])
     assert applied.exit_code == 0, applied.output
-    assert "3 queues" in applied.output and "3 tenant queues" in applied.output
+    assert "3 queues" in applied.output and "4 tenant queues" in applied.output
 
     submitted = runner.invoke(app, ["jobs", "submit", str(JOBS / "ddp-2x4.yaml")])
     assert submitted.exit_code == 0, submitted.output
@@ -68,9 +68,6 @@ def test_apply_status_tokens_and_cancel(cli: TestClient) -> None:
     again = runner.invoke(app, ["jobs", "cancel", job_id])
     assert again.exit_code == 1
     assert "cannot be cancelled (field state)" in " ".join(again.output.split())
-
-    token = runner.invoke(app, ["tokens", "create", "research"])
-    assert token.exit_code == 0 and token.output.strip().startswith("tsr_")
 
 
 def test_a_bad_file_changes_nothing_and_names_the_field(cli: TestClient, tmp_path: Path) -> None:

@@ -91,8 +91,9 @@ def test_explain_tells_why_a_job_waits_and_where_its_quota_went(cli: TestClient,
     assert waiting["job"]["state"] == "queued" and waiting["waiting"] is True
     assert [step["kind"] for step in waiting["story"]] == ["submitted", "queued", "waiting"]
     wait = waiting["story"][-1]
-    assert (wait["code"], wait["message"]) == ("QuotaExhausted", "no unused quota and no preemptible victims")
-    assert waiting["admission"]["reason"] == "QuotaExhausted: no unused quota and no preemptible victims"
+    why = "queue team-q: needs 4 A100-80GB GPUs, 0 free in quota, no cohort to borrow from; no preemptible victims"
+    assert (wait["code"], wait["message"]) == ("QuotaExhausted", why)
+    assert waiting["admission"]["reason"] == f"QuotaExhausted: {why}"
     assert waiting["scheduler"] is None
     assert "team-q has no unused quota" in waiting["hint"]
 
@@ -100,7 +101,9 @@ def test_explain_tells_why_a_job_waits_and_where_its_quota_went(cli: TestClient,
     assert shown.exit_code == 0, shown.output
     text = shown.output
     assert f"waiter ({waiter})" in text and "tenant team, queue team-q" in text
-    assert "waiting" in text and "QuotaExhausted: no unused quota and no preemptible victims" in text
+    assert "waiting" in text and "QuotaExhausted: queue team-q: needs 4 A100-80GB GPUs" in " ".join(
+        text.split()
+    )
     assert "admission  waiting: QuotaExhausted" in text
     assert "why it waits: its queue team-q has no unused quota" in text
 

@@ -91,7 +91,7 @@ async def test_a_gang_the_free_shape_cannot_hold_waits_without_holding_quota(api
         {
             "id": "big",
             "reason": "NoFeasiblePlacement",
-            "message": "quota allows it but the free GPUs cannot hold the gang as shaped",
+            "message": "no node shape holds a pod of 'w' (8 GPUs): the largest node, n1, has 4 x A100-80GB",
         }
     ]
 

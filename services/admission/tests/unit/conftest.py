@@ -7,6 +7,7 @@ jobs loaded in bulk come without their history, and saving appends only the new 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +19,7 @@ from tessera.admission.domain.model import ACTIVE, Job, JobCheckpoint
 from tessera.admission.domain.queueing import InFlightPreemption
 from tessera.admission.domain.queueing.model import DrainingVictim
 from tessera.admission.domain.queueing.resources import FlavorResource
+from tessera.admission.domain.tokens import TokenRecord, token_id
 from tessera.admission.domain.workloads import ActiveJob
 from tessera.admission.service_layer.unit_of_work import AdmissionUnitOfWork
 from tessera.testing.fakes import FakeUnitOfWork
@@ -161,31 +163,69 @@ class InMemoryConfig:
 
 class InMemoryTokens:
     def __init__(self) -> None:
-        self.by_hash: dict[str, tuple[str | None, bool]] = {}
+        self.by_hash: dict[str, TokenRecord] = {}
 
-    async def add(self, sha256: str, tenant: str | None, admin: bool = False) -> None:
-        self.by_hash[sha256] = (tenant, admin)
+    async def add(
+        self, sha256: str, tenant: str | None, admin: bool = False, expires_at: datetime | None = None
+    ) -> TokenRecord:
+        record = TokenRecord(token_id(sha256), tenant, admin, datetime.now(UTC), expires_at)
+        self.by_hash[sha256] = record
+        return record
 
-    async def find(self, sha256: str) -> tuple[str | None, bool] | None:
+    async def find(self, sha256: str) -> TokenRecord | None:
         return self.by_hash.get(sha256)
+
+    async def list(self, *, tenant: str | None = None) -> list[TokenRecord]:
+        return [r for r in self.by_hash.values() if tenant is None or r.tenant == tenant]
+
+    async def revoke(self, id_: str, at: datetime) -> TokenRecord | None:
+        for sha256, record in self.by_hash.items():
+            if record.id == id_:
+                if record.revoked_at is None:
+                    self.by_hash[sha256] = record = dataclasses.replace(record, revoked_at=at)
+                return record
+        return None
+
+
+class InMemoryIdempotencyKeys:
+    def __init__(self) -> None:
+        self.keys: dict[tuple[str, str], tuple[str, str]] = {}
+
+    async def find(self, tenant: str, key: str) -> tuple[str, str] | None:
+        return self.keys.get((tenant, key))
+
+    async def claim(self, tenant: str, key: str, body_sha256: str, job_id: str) -> bool:
+        if (tenant, key) in self.keys:
+            return False
+        self.keys[tenant, key] = (body_sha256, job_id)
+        return True
 
 
 class InMemoryInventory:
     def __init__(self) -> None:
         self.nodes_by_name: dict[str, tuple[str, list[dict[str, Any]]]] = {}
         self.placements: dict[str, list[dict[str, Any]]] = {}
+        self.labels: dict[str, dict[str, str]] = {}
 
     async def replace_source(
-        self, source: str, nodes: Mapping[str, Sequence[Mapping[str, Any]]], at: datetime
+        self,
+        source: str,
+        nodes: Mapping[str, Sequence[Mapping[str, Any]]],
+        at: datetime,
+        labels: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         for name, (owner, _) in list(self.nodes_by_name.items()):
             if owner == source and name not in nodes:
                 del self.nodes_by_name[name]
         for name, gpus in nodes.items():
             self.nodes_by_name[name] = (source, [dict(g) for g in gpus])
+            self.labels[name] = dict((labels or {}).get(name, {}))
 
     async def nodes(self) -> list[tuple[str, list[dict[str, Any]]]]:
         return [(name, copy.deepcopy(gpus)) for name, (_, gpus) in self.nodes_by_name.items()]
+
+    async def node_labels(self) -> dict[str, dict[str, str]]:
+        return {name: dict(self.labels.get(name, {})) for name in self.nodes_by_name}
 
     async def record_placement(self, job_id: str, pods: Sequence[Mapping[str, Any]], at: datetime) -> None:
         self.placements[job_id] = [dict(p) for p in pods]
@@ -225,12 +265,16 @@ class FakeGate:
         self.mark = 0
         self.locks = 0
         self.holds = 0
+        self.turns = 0
 
     async def lock(self) -> None:
         self.locks += 1
 
     async def hold_off(self) -> None:
         self.holds += 1
+
+    async def job_events_in_turn(self) -> None:
+        self.turns += 1
 
     async def mark_changed(self) -> None:
         self.mark += 1
@@ -246,6 +290,7 @@ class FakeAdmissionUnitOfWork(FakeUnitOfWork, AdmissionUnitOfWork):
         self.fake_checkpoints = InMemoryCheckpoints()
         self.fake_config = InMemoryConfig()
         self.fake_tokens = InMemoryTokens()
+        self.fake_idempotency = InMemoryIdempotencyKeys()
         self.fake_inventory = InMemoryInventory()
         self.fake_cycle_records = InMemoryCycleRecords()
         self.fake_gate = FakeGate()
@@ -255,6 +300,7 @@ class FakeAdmissionUnitOfWork(FakeUnitOfWork, AdmissionUnitOfWork):
         self.checkpoints = self.fake_checkpoints
         self.config = self.fake_config
         self.tokens = self.fake_tokens
+        self.idempotency = self.fake_idempotency
         self.inventory = self.fake_inventory
         self.cycle_records = self.fake_cycle_records
         self.gate = self.fake_gate

@@ -79,7 +79,8 @@ async def test_a_job_that_waits_for_quota_then_is_admitted_tells_it_in_its_own_t
         "queue": "team-q",
         "decision": "waiting",
         "reason": "QuotaExhausted",
-        "message": "no unused quota and no preemptible victims",
+        "message": "queue team-q: needs 2 a100 GPUs, 0 free in quota, no cohort to borrow from; "
+        "no preemptible victims",
     }
     assert attributes(admitted) == {
         "job_id": "second",

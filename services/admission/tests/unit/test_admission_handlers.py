@@ -12,6 +12,7 @@ from tessera.admission.bootstrap import consumers
 from tessera.admission.domain.documents import QueueingDocument
 from tessera.admission.domain.model import InvalidTransition, JobCheckpoint, JobState
 from tessera.admission.domain.queueing import QueueingValidationError
+from tessera.admission.entrypoints.tenant_submit import handle_tenant_submit
 from tessera.admission.service_layer.configuration import change_config
 from tessera.admission.service_layer.cycle import run_cycle
 from tessera.admission.service_layer.handlers import (
@@ -25,7 +26,6 @@ from tessera.admission.service_layer.handlers import (
     report_outcome,
     submit_job,
 )
-from tessera.admission.service_layer.tokens import grant_of, hash_token, issue_token
 from tessera.contracts import subjects
 from tessera.contracts.base import Message
 from tessera.contracts.events import (
@@ -195,6 +195,7 @@ def test_each_handler_reads_the_subjects_it_is_meant_for() -> None:
         "admission-scheduler-outcomes": ("scheduler", "tessera.scheduler.evt.>", handle_scheduler_event),
         "admission-inventory": ("telemetry", subjects.INVENTORY_CHANGED, handle_inventory),
         "admission-checkpoints": ("checkpoint", subjects.CHECKPOINT_SAVED, handle_checkpoint_saved),
+        "admission-tenant-submit": ("admission", subjects.ALL_TENANT_SUBMITS, handle_tenant_submit),
     }
 
 
@@ -379,18 +380,6 @@ async def test_a_configuration_change_is_saved_and_wakes_the_cycle(uow: Any) -> 
         == [q.name for q in after.queues]
     )
     assert uow.fake_gate.mark == 1
-
-
-async def test_a_token_is_kept_hashed_and_acts_for_its_tenant(uow: Any) -> None:
-    async with uow:
-        token = await issue_token(uow, "team")
-        await uow.commit()
-    assert token not in uow.fake_tokens.by_hash and hash_token(token) in uow.fake_tokens.by_hash
-    async with uow:
-        grant = await grant_of(uow, token)
-        unknown = await grant_of(uow, "tsr_guessed")
-    assert grant is not None and (grant.tenant, grant.admin) == ("team", False)
-    assert unknown is None
 
 
 # ---- checkpoints -----------------------------------------------------------------------------------

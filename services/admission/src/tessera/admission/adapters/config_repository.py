@@ -39,7 +39,16 @@ class ConfigRepository:
         s = self.session
         pol = (await s.execute(select(policy).where(policy.c.id == 1))).mappings().first()
         return StoredConfig(
-            [FlavorDoc(name=r.name, gpu_model=r.gpu_model) for r in await s.execute(select(flavors))],
+            [
+                FlavorDoc(
+                    name=r.name,
+                    gpu_model=r.gpu_model,
+                    capacity_type=r.capacity_type,
+                    node_labels=r.node_labels,
+                    tolerations=r.tolerations,
+                )
+                for r in await s.execute(select(flavors).order_by(flavors.c.name))
+            ],
             [
                 CohortDoc(name=r.name, parent=r.parent, quotas=r.quotas)
                 for r in await s.execute(select(cohorts).order_by(cohorts.c.name))

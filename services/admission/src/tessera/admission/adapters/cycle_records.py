@@ -24,6 +24,11 @@ from tessera.admission.domain.queueing.resources import FlavorResource
 CYCLE_LOCK_KEY = 0x7E55E7A_AD
 """pg_advisory_xact_lock key of the admission cycle (one cycle at a time across replicas)."""
 
+JOB_EVENTS_LOCK_KEY = 0x7E55E7A_AE
+"""pg_advisory_xact_lock key the consumers of job events take in turn: each of their transactions
+locks the jobs of a whole batch, in the order the messages came, so two of them at once could lock
+the same jobs in opposite orders and deadlock."""
+
 
 class CycleGate:
     """One cycle at a time across replicas, and no change to what it reads while it runs:
@@ -39,6 +44,12 @@ class CycleGate:
     async def hold_off(self) -> None:
         """Wait for a running cycle and keep the next one off until this transaction ends."""
         await self.session.execute(text("SELECT pg_advisory_xact_lock_shared(:key)"), {"key": CYCLE_LOCK_KEY})
+
+    async def job_events_in_turn(self) -> None:
+        """Wait for any other transaction handling job events (outcomes, placements, checkpoints)
+        to end, and keep the next off until this one ends: one batch at a time locks jobs, so no
+        two consumers' batches lock the same jobs in opposite orders (a deadlock)."""
+        await self.session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": JOB_EVENTS_LOCK_KEY})
 
     async def mark_changed(self) -> None:
         """Tell every replica's cycle something changed (sequences are not transactional)."""

@@ -20,9 +20,15 @@ class InventoryRepository:
         self.session = session
 
     async def replace_source(
-        self, source: str, nodes: Mapping[str, Sequence[Mapping[str, Any]]], at: datetime
+        self,
+        source: str,
+        nodes: Mapping[str, Sequence[Mapping[str, Any]]],
+        at: datetime,
+        labels: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
-        """`source` now reports exactly `nodes` (name -> its GPUs); its other nodes are gone."""
+        """`source` now reports exactly `nodes` (name -> its GPUs) with their `labels` (by name);
+        its other nodes are gone."""
+        labels = labels or {}
         await self.session.execute(
             delete(inventory_nodes).where(
                 inventory_nodes.c.source == source, inventory_nodes.c.name.not_in(list(nodes))
@@ -37,11 +43,18 @@ class InventoryRepository:
                 set_={
                     "source": stmt.excluded.source,
                     "gpus": stmt.excluded.gpus,
+                    "labels": stmt.excluded.labels,
                     "updated_at": stmt.excluded.updated_at,
                 },
             ),
             [
-                {"name": name, "source": source, "gpus": list(gpus), "updated_at": at}
+                {
+                    "name": name,
+                    "source": source,
+                    "gpus": list(gpus),
+                    "labels": dict(labels.get(name, {})),
+                    "updated_at": at,
+                }
                 for name, gpus in nodes.items()
             ],
         )
@@ -49,6 +62,10 @@ class InventoryRepository:
     async def nodes(self) -> list[tuple[str, list[dict[str, Any]]]]:
         """Every node with its GPUs as telemetry reported them."""
         return [(r.name, list(r.gpus)) for r in await self.session.execute(select(inventory_nodes))]
+
+    async def node_labels(self) -> dict[str, dict[str, str]]:
+        rows = await self.session.execute(select(inventory_nodes.c.name, inventory_nodes.c.labels))
+        return {r.name: dict(r.labels or {}) for r in rows}
 
     async def record_placement(self, job_id: str, pods: Sequence[Mapping[str, Any]], at: datetime) -> None:
         stmt = pg_insert(placements).values(job_id=job_id, pods=list(pods), placed_at=at)

@@ -95,6 +95,9 @@ flavors = Table(
     Column("name", String(63), primary_key=True),
     Column("gpu_model", String(63), nullable=True),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("capacity_type", String(16), nullable=False, server_default="on-demand"),
+    Column("node_labels", JSONB, nullable=False, server_default="{}"),
+    Column("tolerations", JSONB, nullable=False, server_default="[]"),
 )
 
 cohorts = Table(
@@ -149,6 +152,21 @@ tokens = Table(
     Column("tenant", String(63), nullable=True),
     Column("admin", Boolean, nullable=False, server_default="false"),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # what lists and revokes name a token by: the first 16 hex digits of its hash (not a secret)
+    Column("id", String(16), nullable=False, unique=True),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    # a key is the tenant's own: another tenant's same key names another job
+    Column("tenant", String(63), primary_key=True),
+    Column("key", String(64), primary_key=True),
+    Column("body_sha256", String(64), nullable=False),
+    Column("job_id", String(64), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
 # ---- state the cycle keeps between runs ----------------------------------------------------------
@@ -190,6 +208,7 @@ inventory_nodes = Table(
     Column("source", String(253), nullable=False),
     Column("gpus", JSONB, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("labels", JSONB, nullable=False, server_default="{}"),
 )
 
 placements = Table(
@@ -198,4 +217,23 @@ placements = Table(
     Column("job_id", String(64), primary_key=True),
     Column("pods", JSONB, nullable=False),
     Column("placed_at", DateTime(timezone=True), nullable=False),
+)
+
+# ---- the Kubernetes objects that run each job ----------------------------------------------------
+
+workloads = Table(
+    "workloads",
+    metadata,
+    Column("job_id", String(64), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("namespace", String(63), nullable=False),
+    # who made the objects: "tessera" (admission, from a submitted job) or "user" (kubectl apply)
+    Column("owner", String(16), nullable=False, server_default="tessera"),
+    # [{"kind": "Job", "name": ...}, ...]: the objects that run the job
+    Column("objects", JSONB, nullable=False, server_default="[]"),
+    # what admission last made sure of on the cluster: suspended, running (unsuspended), deleted
+    Column("applied", String(16), nullable=False),
+    Column("note", Text, nullable=False, server_default=""),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    # the job's updated_at whose conditions admission last wrote onto its Jobs
+    Column("reported_at", DateTime(timezone=True), nullable=True),
 )

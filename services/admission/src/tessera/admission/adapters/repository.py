@@ -223,6 +223,11 @@ class JobRepository:
             for row in rows
         ]
 
+    async def count_by_state(self) -> dict[str, int]:
+        """Every job in the table by state, ended ones included (one grouped count)."""
+        rows = await self.session.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state))
+        return {str(state): int(count) for state, count in rows.all()}
+
     async def save(self, job: Job) -> None:
         await self.save_all([job])
 

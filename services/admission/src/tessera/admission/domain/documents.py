@@ -4,15 +4,17 @@ and its mapping onto the pure queueing model. Pure: pydantic only, no I/O."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from tessera.admission.domain.queueing import (
     BorrowWithinCohort,
+    CapacityType,
     CohortSpec,
     FairSharing,
     FlavorQuotas,
+    FlavorSpec,
     PreemptionPolicy,
     PreemptionTiming,
     PriorityClass,
@@ -27,6 +29,11 @@ from tessera.admission.domain.queueing import (
 
 NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=NAME, max_length=63)]
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_KEY = rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$"
+"""A Kubernetes label key: an optional DNS-subdomain prefix and `/`, then a name of at most 63."""
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY, max_length=317)]
+LabelValue = Annotated[str, StringConstraints(pattern=rf"^({_LABEL_NAME})?$", max_length=63)]
 
 
 class _Doc(BaseModel):
@@ -67,9 +74,59 @@ class PreemptionDoc(_Doc):
     borrow_within_cohort: BorrowWithinCohortDoc = BorrowWithinCohortDoc()
 
 
+class TolerationDoc(_Doc):
+    """A Kubernetes toleration, added to the pods of jobs admitted in the flavor."""
+
+    key: LabelKey | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: LabelValue | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(None, ge=0, description="NoExecute only: how long it stays")
+
+    def manifest(self) -> dict[str, Any]:
+        """As a pod spec's `tolerations` item (camelCase, unset fields left out)."""
+        out: dict[str, Any] = {"operator": self.operator}
+        for attr, name in (("key", "key"), ("value", "value"), ("effect", "effect")):
+            if getattr(self, attr) is not None:
+                out[name] = getattr(self, attr)
+        if self.toleration_seconds is not None:
+            out["tolerationSeconds"] = self.toleration_seconds
+        return out
+
+
 class FlavorDoc(_Doc):
+    """A ResourceFlavor, as Kueue's: a kind of GPU capacity and the nodes that are it. Prices are not
+    here: telemetry's price file holds each flavor's on-demand and spot price per GPU-hour, and prices
+    a GPU-hour as spot when its node's labels say so (`karpenter.sh/capacity-type: spot`, ...)."""
+
     name: Name
     gpu_model: str | None = Field(None, description="the GPU model telemetry reports, e.g. A100-80GB")
+    capacity_type: CapacityType = Field(
+        CapacityType.ON_DEMAND,
+        description="spot flavors are tried first for preemptible jobs, and never for the others "
+        "unless their queue offers nothing else",
+    )
+    node_labels: dict[LabelKey, LabelValue] = Field(
+        {},
+        max_length=32,
+        description="the labels of the flavor's nodes: a pod admitted in the flavor gets them as its "
+        "nodeSelector, and admission counts a node in the flavor when it has them all",
+        examples=[{"karpenter.sh/capacity-type": "spot"}],
+    )
+    tolerations: list[TolerationDoc] = Field(
+        [],
+        max_length=16,
+        description="added to the pods admitted in the flavor (e.g. for tainted spot nodes)",
+    )
+
+    def to_domain(self) -> FlavorSpec:
+        return FlavorSpec(
+            self.name,
+            self.gpu_model,
+            self.capacity_type,
+            dict(self.node_labels),
+            tuple(t.manifest() for t in self.tolerations),
+        )
 
 
 class CohortDoc(_Doc):
@@ -107,8 +164,10 @@ class TenantQueueDoc(_Doc):
 
 class PriorityClassDoc(_Doc):
     name: Name
-    value: int
-    description: str = ""
+    value: int = Field(
+        ge=-(2**31), le=1_000_000_000, description="as Kubernetes': at most one billion for user classes"
+    )
+    description: str = Field("", max_length=1024, pattern=r"^[^\x00]*$")
 
 
 class FairSharingDoc(_Doc):
@@ -148,7 +207,7 @@ def build_config(
     fs = fair_sharing or FairSharingDoc()
     t = timing or TimingDoc()
     return QueueingConfig.build(
-        flavors=[f.name for f in flavors],
+        flavors=[f.to_domain() for f in flavors],
         queues=[q.to_domain() for q in queues],
         cohorts=[c.to_domain() for c in cohorts],
         tenant_queues=[TenantQueue(tq.tenant, tq.queue) for tq in tenant_queues],

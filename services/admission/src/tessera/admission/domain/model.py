@@ -40,6 +40,12 @@ FINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobS
 HOLDS_QUOTA = frozenset({JobState.ADMITTED, JobState.PLACED, JobState.RUNNING})
 """States in which a job holds quota; leaving them releases it (job_finished is announced)."""
 ACTIVE = frozenset({JobState.QUEUED, *HOLDS_QUOTA})
+ENDED = frozenset({JobState.SUCCEEDED, JobState.FAILED})
+"""How a placed gang ends; the first word on it stands."""
+PAST_PLACED = frozenset({JobState.PLACED, JobState.RUNNING, *ENDED})
+"""A job in these was placed already: a `gang_placed` that comes now is late or repeated."""
+IMPLY_PLACED = frozenset({JobState.RUNNING, JobState.SUCCEEDED})
+"""Outcomes only a placed gang can have: reported of an admitted job, they imply its placement."""
 ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.SUBMITTED: frozenset({JobState.QUEUED, JobState.REJECTED, JobState.CANCELLED}),
     JobState.QUEUED: frozenset({JobState.ADMITTED, JobState.CANCELLED, JobState.REJECTED}),
@@ -285,9 +291,14 @@ class Job:
         self.move(JobState.PREEMPTED, f"preempted by {preemptor} ({reason}): release deadline passed", now)
         self._requeue(now)
 
-    def place(self, pods: int, nodes: Sequence[str], now: datetime) -> None:
-        """The scheduler placed and bound the whole gang."""
+    def place(self, pods: int, nodes: Sequence[str], now: datetime) -> bool:
+        """The scheduler placed and bound the whole gang. News that comes late (the job already runs
+        or ended, because its later outcome came first on another stream) or twice changes nothing
+        and returns False; news of an earlier admission (the job queues again) is refused."""
+        if self.state in PAST_PLACED:
+            return False
         self.move(JobState.PLACED, f"placed {pods} pods on {', '.join(sorted(set(nodes)))}", now)
+        return True
 
     def unschedulable(self, message: str, now: datetime) -> None:
         """The scheduler cannot place the gang now; the job keeps its quota and waits for room."""
@@ -297,19 +308,29 @@ class Job:
             )
         self.note(f"unschedulable: {message}", now)
 
-    def report(self, outcome: JobState, reason: str, now: datetime) -> None:
+    def report(self, outcome: JobState, reason: str, now: datetime) -> bool:
         """Whoever runs the job says it runs, ended, or released its resources after a preemption
         request (the reason then names the preemptor; the job then queues again). A release nobody
-        asked for (a late report about an earlier admission of the job) is refused."""
+        asked for (a late report about an earlier admission of the job) is refused.
+
+        Outcomes come on other streams than the placement, so they tolerate reordering: a job reported
+        running or succeeded while still admitted was placed (both are recorded, the placement marked
+        implied, and the late `gang_placed` is then a no-op); a job that already ended, or already runs
+        when told it runs, stays as it is and False is returned."""
         if outcome is JobState.PREEMPTED:
             if not self.preempted_by:
                 raise InvalidTransition(
                     self.id, self.state, outcome, f"is {self.state}: no preemption was requested of it"
                 )
             reason = f"released after preemption by {self.preempted_by}" + (f": {reason}" if reason else "")
+        elif self.state in ENDED or (self.state is outcome is JobState.RUNNING):
+            return False
+        elif self.state is JobState.ADMITTED and outcome in IMPLY_PLACED:
+            self.move(JobState.PLACED, f"placed: implied by the {outcome} report that came first", now)
         self.move(outcome, reason or outcome.value, now)
         if outcome is JobState.PREEMPTED:
             self._requeue(now)
+        return True
 
     def checkpoint_saved(self, checkpoint: JobCheckpoint, now: datetime) -> None:
         """A checkpoint of the job is durable (periodic, or asked for before a preemption or a node's

@@ -81,8 +81,9 @@ def to_workload(
     open_mode: bool,
 ) -> Workload:
     """Only resources the queue holds quota for are counted (cpu and memory are counted when the
-    queue names them); GPU resources always are. Allowed models the configuration does not know
-    are ignored, unless none is known (then validation names the unknown flavor)."""
+    queue names them); GPU resources always are. A GPU model the job allows allows every flavor of
+    that model (on-demand and spot) and the flavor of that name. Allowed models the configuration
+    does not know are ignored, unless none is known (then validation names the unknown flavor)."""
     spec = config.queues.get(queue)
     covered = {res for fq in spec.flavors for res in fq.resources} if spec else set()
     pod_groups = []
@@ -96,8 +97,12 @@ def to_workload(
         if open_mode:
             allowed: frozenset[str] = frozenset()
         else:
-            known = wanted & config.flavors
-            allowed = known or wanted
+            known = {
+                name
+                for name, flavor in config.flavor_specs.items()
+                if name in wanted or flavor_of_model(flavor.gpu_model or name) in wanted
+            }
+            allowed = frozenset(known) or wanted
         pod_groups.append(PodGroup(g["name"], int(g["count"]), requests, allowed))
     return Workload(job_id, queue, tuple(pod_groups), priority, created_at, preemptible, checkpointable)
 
@@ -115,6 +120,8 @@ def tenant_queue(config: QueueingConfig, tenant: str, requested: str, open_mode:
     tenant's own queue) or names that same queue; raises `QueueingValidationError` otherwise."""
     if open_mode:
         return OPEN_QUEUE
+    if requested != OPEN_QUEUE and requested not in config.queues:
+        raise QueueingValidationError("queue", f"unknown queue {requested!r}")
     own = config.queue_for_tenant(tenant)
     if requested not in (OPEN_QUEUE, own):
         raise QueueingValidationError(

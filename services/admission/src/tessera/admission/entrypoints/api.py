@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query, Request, status
+from fastapi import APIRouter, Body, Header, Query, Request, status
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
@@ -20,9 +20,25 @@ from tessera.admission.service_layer.handlers import (
     report_outcome,
     submit_job,
 )
+from tessera.admission.service_layer.idempotency import KeyReused, submit_once
 from tessera.contracts.base import FieldError
+from tessera.contracts.jobs import JobSpec
 
 router = APIRouter(prefix="/v1", tags=["jobs"], responses=ERRORS)
+
+IDEMPOTENCY_KEY_MAX = 64
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=IDEMPOTENCY_KEY_MAX,
+        pattern=r"^[!-~]+$",
+        description="the tenant's own key: a retry with the same key and body answers with the job it "
+        "made (whose id is the key, unless another job has that id); the same key with another body is "
+        f"refused (409); 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters",
+    ),
+]
 
 CHECKPOINTS_SHOWN = 100
 CHECKPOINTS_LISTED = 10
@@ -45,6 +61,25 @@ class CheckpointOut(BaseModel):
     at: datetime
 
 
+class KubernetesObjectOut(BaseModel):
+    kind: str
+    name: str
+
+
+class KubernetesOut(BaseModel):
+    """The Kubernetes objects that run the job, and what admission last made sure of them."""
+
+    namespace: str
+    objects: list[KubernetesObjectOut]
+    state: str = Field(description="suspended, running (unsuspended), deleted, or unrunnable")
+    note: str = ""
+
+
+class WaitingOut(BaseModel):
+    reason: str
+    message: str
+
+
 class JobOut(BaseModel):
     id: str
     name: str
@@ -56,6 +91,12 @@ class JobOut(BaseModel):
     spec: dict[str, Any] | None
     errors: list[FieldError]
     history: list[TransitionOut]
+    waiting: WaitingOut | None = Field(
+        None, description="why a queued job is not admitted yet, as admission's latest cycle said"
+    )
+    kubernetes: KubernetesOut | None = Field(
+        None, description="its Kubernetes objects (when admission runs jobs on a cluster; one job only)"
+    )
     checkpoints: list[CheckpointOut] = Field(
         default_factory=list,
         description=(
@@ -75,7 +116,9 @@ class OutcomeIn(BaseModel):
     reason: str = ""
 
 
-def _out(job: Job, checkpoints: list[JobCheckpoint] | None = None) -> JobOut:
+def _out(
+    job: Job, checkpoints: list[JobCheckpoint] | None = None, kubernetes: KubernetesOut | None = None
+) -> JobOut:
     return JobOut(
         id=job.id,
         name=job.name,
@@ -87,6 +130,8 @@ def _out(job: Job, checkpoints: list[JobCheckpoint] | None = None) -> JobOut:
         spec=job.spec.model_dump(mode="json") if job.spec else None,
         errors=job.errors,
         history=[TransitionOut(state=t.state, reason=t.reason, at=t.at) for t in job.history],
+        waiting=WaitingOut(reason=job.waiting[0], message=job.waiting[1]) if job.waiting else None,
+        kubernetes=kubernetes,
         checkpoints=[
             CheckpointOut(id=c.id, step=c.step, bytes=c.size_bytes, uri=c.uri, at=c.at)
             for c in checkpoints or ()
@@ -99,24 +144,51 @@ async def _with_checkpoints(
 ) -> list[JobOut]:
     async with deps_of(request).uow() as uow:
         checkpoints = await uow.checkpoints.of_jobs([job.id for job in found], limit)
-    return [_out(job, checkpoints.get(job.id)) for job in found]
+        objects: dict[str, KubernetesOut] = {}
+        if len(found) == 1 and (made := await uow.workloads.of_job(found[0].id)) is not None:
+            namespace, refs, applied, note = made
+            listed = [KubernetesObjectOut(kind=kind, name=name) for kind, name in refs]
+            objects[found[0].id] = KubernetesOut(
+                namespace=namespace, objects=listed, state=applied, note=note
+            )
+    return [_out(job, checkpoints.get(job.id), objects.get(job.id)) for job in found]
 
 
 @router.post(
     "/jobs",
     status_code=status.HTTP_201_CREATED,
     response_model=Submitted,
-    responses={422: {"model": ErrorBody, "description": "the job is invalid; each error names the field"}},
+    responses={
+        422: {
+            "model": ErrorBody,
+            "description": "the job is invalid; each error names the field. A spec that parses but can "
+            "never be admitted (code invalid_job) is kept as a rejected job with its id",
+        }
+    },
 )
 async def create_job(
-    request: Request, caller: Caller, spec: Annotated[dict[str, Any], Body(description="a JobSpec")]
+    request: Request,
+    caller: Caller,
+    spec: Annotated[JobSpec, Body(description="the job")],
+    idempotency_key: IdempotencyKey = None,
 ) -> Any:
     """Submit a job. A tenant's token may submit only as that tenant (to its own queue)."""
     if not caller.admin:
-        caller.require_tenant(str(spec.get("tenant", "")), "submit jobs on behalf")
-    async with deps_of(request).uow() as uow:
-        result = await submit_job(spec, uow, request.headers.get("Idempotency-Key"))
-        await uow.commit()
+        caller.require_tenant(spec.tenant, "submit jobs on behalf")
+    deps = deps_of(request)
+    if idempotency_key is not None:
+        try:
+            result = await submit_once(
+                deps.uow, spec, idempotency_key, templates_required=deps.templates_required
+            )
+        except KeyReused as exc:
+            raise ApiError(
+                409, "conflict", f"{exc}; send a new key for a new job", "header.Idempotency-Key"
+            ) from None
+    else:
+        async with deps.uow() as uow:
+            result = await submit_job(spec, uow, templates_required=deps.templates_required)
+            await uow.commit()
     if result.errors:
         first = result.errors[0]
         body = ErrorBody(

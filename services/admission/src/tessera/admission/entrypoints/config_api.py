@@ -1,10 +1,12 @@
 """REST over the queueing configuration: flavors, cohorts, queues, tenant queues and priority
 classes (list, get, create, update, delete), a whole document at once (`PUT /v1/config`, what
-`tessera queues apply` sends), queue status, and tenant tokens. Writes are for the admin token;
-every write is checked whole by the domain (negative quota, cohort cycles, unknown flavors...)."""
+`tessera queues apply` sends), and queue status. Writes are for the admin token; every write is
+checked whole by the domain (negative quota, cohort cycles, unknown flavors...). A tenant's token
+reads only its own queue's configuration and status. Tokens are in `tokens_api`."""
 
 # No `from __future__ import annotations`: the route factory's body types must be real objects.
 
+import dataclasses
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -22,11 +24,10 @@ from tessera.admission.domain.documents import (
     TenantQueueDoc,
 )
 from tessera.admission.domain.queueing import QueueingValidationError
-from tessera.admission.entrypoints.auth import Caller, deps_of
+from tessera.admission.entrypoints.auth import Caller, Principal, deps_of
 from tessera.admission.entrypoints.errors import ERRORS, ApiError, not_found
 from tessera.admission.entrypoints.queue_status import QueueStatus, queue_status
 from tessera.admission.service_layer.configuration import change_config
-from tessera.admission.service_layer.tokens import issue_token
 
 router = APIRouter(prefix="/v1", responses=ERRORS)
 
@@ -43,9 +44,28 @@ async def _write(request: Request, change: Callable[[StoredConfig], StoredConfig
     return after
 
 
-async def _read(request: Request) -> StoredConfig:
+async def _read(request: Request, caller: Principal) -> StoredConfig:
+    """The configuration as ``caller`` may see it: all of it for the admin; for a tenant, its own
+    queue (what its tenant queue names), the cohorts above it, its tenant queue, and the flavors and
+    priority classes every job may name."""
     async with deps_of(request).uow() as uow:
-        return await uow.config.load()
+        cfg = await uow.config.load()
+    return cfg if caller.admin else seen_by(cfg, caller.tenant)
+
+
+def seen_by(cfg: StoredConfig, tenant: str | None) -> StoredConfig:
+    mine = [tq for tq in cfg.tenant_queues if tq.tenant == tenant]
+    queues = [q for q in cfg.queues if q.name in {tq.queue for tq in mine}]
+    parents = {c.name: c.parent for c in cfg.cohorts}
+    above: set[str] = set()
+    for queue in queues:
+        cohort = queue.cohort
+        while cohort is not None and cohort not in above:
+            above.add(cohort)
+            cohort = parents.get(cohort)
+    return dataclasses.replace(
+        cfg, cohorts=[c for c in cfg.cohorts if c.name in above], queues=queues, tenant_queues=mine
+    )
 
 
 def _crud(path: str, model: type[BaseModel], key: str, attr: str, what: str) -> None:
@@ -61,11 +81,11 @@ def _crud(path: str, model: type[BaseModel], key: str, attr: str, what: str) -> 
 
     @router.get(f"/{path}", tags=tag, response_model=list[model], summary=f"List {what}s")  # type: ignore[valid-type]
     async def list_items(request: Request, caller: Caller) -> Any:
-        return items(await _read(request))
+        return items(await _read(request, caller))
 
     @router.get(f"/{path}/{{name}}", tags=tag, response_model=model, summary=f"Get a {what}")
     async def get_item(request: Request, caller: Caller, name: str) -> Any:
-        for item in items(await _read(request)):
+        for item in items(await _read(request, caller)):
             if getattr(item, key) == name:
                 return item
         raise not_found(what, name)
@@ -147,7 +167,8 @@ async def apply_config(request: Request, caller: Caller, body: QueueingDocument)
 
 @router.get("/config", tags=["config"], response_model=QueueingDocument)
 async def get_config(request: Request, caller: Caller) -> QueueingDocument:
-    cfg = await _read(request)
+    """The whole configuration (admin); a tenant's token sees its own queue and what it needs."""
+    cfg = await _read(request, caller)
     return QueueingDocument(
         flavors=cfg.flavors,
         cohorts=cfg.cohorts,
@@ -161,28 +182,12 @@ async def get_config(request: Request, caller: Caller) -> QueueingDocument:
 
 @router.get("/queues/{name}/status", tags=["queues"], response_model=QueueStatus)
 async def get_queue_status(request: Request, caller: Caller, name: str) -> QueueStatus:
-    """Usage, borrowed and lent quota per flavor and resource, pending and admitted jobs."""
+    """Usage, borrowed and lent quota per flavor and resource, pending and admitted jobs. A tenant's
+    token sees only its own queue's (another is answered as unknown)."""
+    if not caller.admin and not [q for q in (await _read(request, caller)).queues if q.name == name]:
+        raise not_found("queue", name)
     async with deps_of(request).uow() as uow:
         found = await queue_status(uow, name)
     if found is None:
         raise not_found("queue", name)
     return found
-
-
-class TokenIn(BaseModel):
-    tenant: str
-
-
-class TokenOut(BaseModel):
-    tenant: str
-    token: str
-
-
-@router.post("/tokens", tags=["tokens"], response_model=TokenOut, status_code=status.HTTP_201_CREATED)
-async def create_token(request: Request, caller: Caller, body: TokenIn) -> TokenOut:
-    """A new bearer token for a tenant; shown once, stored hashed."""
-    caller.require_admin("create tokens")
-    async with deps_of(request).uow() as uow:
-        token = await issue_token(uow, body.tenant)
-        await uow.commit()
-    return TokenOut(tenant=body.tenant, token=token)

@@ -1,5 +1,6 @@
 """Structured error bodies: every error the API returns is `{code, message, field, errors}`,
-including FastAPI's own 404, 405 and request validation errors."""
+including FastAPI's own 404, 405 and request validation errors, and the runner's request limits
+(400 for a NUL in the path or query, 413 over the body limit, 500 with a request id)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tessera.contracts.base import FieldError
+from tessera.contracts.validation import field_errors_of, printable
 
 
 class ErrorBody(BaseModel):
@@ -20,6 +22,7 @@ class ErrorBody(BaseModel):
     field: str | None = None
     job_id: str | None = None
     errors: list[FieldError] = []
+    request_id: str | None = None
 
 
 class ApiError(Exception):
@@ -38,11 +41,14 @@ def not_found(kind: str, name: str) -> ApiError:
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text}
     for status, text in {
+        400: "a NUL character in the path or the query; `field` says where",
         401: "no or unknown bearer token",
         403: "the token's tenant may not do this",
         404: "not found",
         409: "conflicts with the current state",
+        413: "the request body is over the limit (1 MiB unless configured)",
         422: "invalid input; `field` names the culprit",
+        500: "an unexpected error; `request_id` identifies it in the service's log",
     }.items()
 }
 
@@ -53,6 +59,7 @@ _CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
+    413: "too_large",
     422: "invalid",
 }
 
@@ -72,15 +79,16 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        message = printable(exc.detail if isinstance(exc.detail, str) else str(exc.detail))
         code = _CODES.get(exc.status_code, "error")
         return _json(exc.status_code, ErrorBody(code=code, message=message), getattr(exc, "headers", None))
 
     async def validation_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
+        details = [{**e, "loc": tuple(p for p in e["loc"] if p != "body")} for e in exc.errors()]
         errors = [
-            FieldError(field=".".join(str(p) for p in e["loc"] if p != "body") or "body", reason=e["msg"])
-            for e in exc.errors()
+            FieldError(field="body" if e.field == "(body)" else e.field, reason=e.reason)
+            for e in field_errors_of(details)
         ]
         first = errors[0] if errors else None
         body = ErrorBody(

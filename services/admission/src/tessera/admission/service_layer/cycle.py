@@ -49,8 +49,10 @@ async def run_cycle(
     now: datetime | None = None,
     before_commit: Callable[[], None] | None = None,
     after_load: Callable[[], Awaitable[None]] | None = None,
+    observe: Callable[[CycleState, CycleReport, datetime], None] | None = None,
 ) -> CycleReport:
-    """Run one cycle in `uow` and commit it. The hooks are seams for fault and race tests."""
+    """Run one cycle in `uow` and commit it. The hooks are seams for fault and race tests;
+    `observe` sees the committed cycle (the service's metrics)."""
     now = now or datetime.now(UTC)
     await uow.gate.lock()
     with tracer().start_as_current_span("admission.cycle") as span:
@@ -70,6 +72,8 @@ async def run_cycle(
     if before_commit is not None:
         before_commit()
     await uow.commit()
+    if observe is not None:
+        observe(state, report, now)
     if report.admitted or report.preemptions:
         log.info(
             "admission cycle",

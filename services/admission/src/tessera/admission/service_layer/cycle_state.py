@@ -132,7 +132,9 @@ async def _oracle(
             for gpu in pod.get("gpus", []):
                 used[gpu["uuid"]] = used.get(gpu["uuid"], 0) + int(gpu.get("milli", 1000))
     by_model = {(f.gpu_model or f.name).lower(): f.name for f in state.stored.flavors}
-    oracle = free_shape(nodes, used, by_model, OPEN_FLAVOR if open_mode else None)
+    specs = [f.to_domain() for f in state.stored.flavors]
+    labels = await uow.inventory.node_labels() if specs else {}
+    oracle = free_shape(nodes, used, by_model, OPEN_FLAVOR if open_mode else None, specs, labels)
     if oracle is None:
         return None
     # Admitted jobs the scheduler has not placed yet will take room too.

@@ -15,6 +15,7 @@ from typing import Any
 
 from tessera.admission.domain.model import InvalidTransition, Job, JobCheckpoint, JobState
 from tessera.admission.domain.queueing import QueueingEngine, QueueingValidationError
+from tessera.admission.domain.templates import job_template_errors
 from tessera.admission.domain.workloads import groups_of, open_config, tenant_queue, to_workload
 from tessera.admission.service_layer.unit_of_work import AdmissionUnitOfWork
 from tessera.contracts.base import FieldError
@@ -82,9 +83,17 @@ async def _queueing_view(
     )
 
 
-async def submit_job(raw_spec: object, uow: AdmissionUnitOfWork, job_id: str | None = None) -> SubmitResult:
+async def submit_job(
+    raw_spec: object,
+    uow: AdmissionUnitOfWork,
+    job_id: str | None = None,
+    *,
+    templates_required: bool = False,
+) -> SubmitResult:
     """Validate, store and announce a job. Called inside an open unit of work; the caller commits.
-    A job id seen before answers with that job, unchanged (an idempotent resubmission)."""
+    A job id seen before answers with that job, unchanged (an idempotent resubmission).
+    ``templates_required``: every pod group must carry a pod template (admission runs the job's
+    workloads on a cluster, so it needs the image to run)."""
     job_id = job_id or str(uuid.uuid4())
     with tracer().start_as_current_span("admission.submit_job", attributes={"job_id": job_id}) as span:
         existing = await uow.jobs.get(job_id)
@@ -93,6 +102,10 @@ async def submit_job(raw_spec: object, uow: AdmissionUnitOfWork, job_id: str | N
         spec, errors = parse_job_spec(raw_spec)
         workload: dict[str, Any] | None = None
         job: Job | None = None
+        if spec is not None:
+            errors = job_template_errors(spec, required=templates_required)
+            if errors:
+                raw_spec, spec = spec.model_dump(mode="json"), None
         if spec is not None:
             try:
                 queue, priority, workload = await _queueing_view(uow, spec, job_id)
@@ -111,11 +124,13 @@ async def submit_job(raw_spec: object, uow: AdmissionUnitOfWork, job_id: str | N
         return SubmitResult(job_id, job.state, errors)
 
 
-async def handle_submit_command(envelope: Envelope, uow: AdmissionUnitOfWork) -> None:
+async def handle_submit_command(
+    envelope: Envelope, uow: AdmissionUnitOfWork, *, templates_required: bool = False
+) -> None:
     command = envelope.parse()
     if not isinstance(command, SubmitJob):
         raise PermanentError(f"admission-submit takes {SubmitJob.TYPE}, not {envelope.type}")
-    await submit_job(command.spec, uow, command.job_id or envelope.id)
+    await submit_job(command.spec, uow, command.job_id or envelope.id, templates_required=templates_required)
 
 
 class JobNotFound(LookupError):
@@ -149,15 +164,19 @@ async def report_outcome(job_id: str, state: str, reason: str, uow: AdmissionUni
     if target is None:
         raise QueueingValidationError("state", f"one of {', '.join(OUTCOMES)}; got {state!r}")
     await uow.gate.hold_off()
+    await uow.gate.job_events_in_turn()
     job = await uow.jobs.get(job_id, for_update=True)
     if job is None:
         log.warning("outcome for an unknown job", extra={"job_id": job_id})
         return None
     try:
-        job.report(target, reason, now())
+        changed = job.report(target, reason, now())
     except InvalidTransition as exc:
         log.info("outcome ignored: %s", exc, extra={"job_id": job_id})
         return None
+    if not changed:
+        log.info("outcome %s already known: the job is %s", state, job.state, extra={"job_id": job_id})
+        return job
     await uow.jobs.save(job)
     if not job.holds_quota:
         await uow.inventory.release_placement(job_id)
@@ -188,21 +207,26 @@ async def handle_scheduler_event(envelope: Envelope, uow: AdmissionUnitOfWork) -
     if not isinstance(event, GangPlaced | GangUnschedulable):
         return
     await uow.gate.hold_off()
+    await uow.gate.job_events_in_turn()
     job = await uow.jobs.get(event.job_id, for_update=True)
     if job is None:
         log.warning("scheduler outcome for an unknown job", extra={"job_id": event.job_id})
         return
     at = now()
+    changed = True
     try:
         if isinstance(event, GangPlaced):
-            job.place(len(event.placements), [p.node for p in event.placements], at)
+            changed = job.place(len(event.placements), [p.node for p in event.placements], at)
         else:
             job.unschedulable(event.message, at)
     except InvalidTransition as exc:
         log.info("scheduler outcome ignored: %s", exc, extra={"job_id": job.id})
         return
-    await uow.jobs.save(job)
-    if isinstance(event, GangPlaced):
+    if changed:
+        await uow.jobs.save(job)
+    else:
+        log.info("placement came after the job was %s: state kept", job.state, extra={"job_id": job.id})
+    if isinstance(event, GangPlaced) and job.holds_quota:  # a running job holds the GPUs it was placed on
         await uow.inventory.record_placement(
             job.id, [p.model_dump(mode="json") for p in event.placements], at
         )
@@ -216,7 +240,8 @@ async def handle_inventory(envelope: Envelope, uow: AdmissionUnitOfWork) -> None
         raise PermanentError(f"admission-inventory takes {InventoryChanged.TYPE}, not {envelope.type}")
     await uow.gate.hold_off()
     nodes = {node.name: [g.model_dump(mode="json") for g in node.gpus] for node in event.nodes}
-    await uow.inventory.replace_source(event.source, nodes, now())
+    labels = {node.name: dict(node.labels) for node in event.nodes}
+    await uow.inventory.replace_source(event.source, nodes, now(), labels)
     await uow.gate.mark_changed()
 
 
@@ -228,6 +253,7 @@ async def handle_checkpoint_saved(envelope: Envelope, uow: AdmissionUnitOfWork) 
     if not isinstance(event, CheckpointSaved):
         raise PermanentError(f"admission-checkpoints takes {CheckpointSaved.TYPE}, not {envelope.type}")
     await uow.gate.hold_off()
+    await uow.gate.job_events_in_turn()
     job = await uow.jobs.get(event.job_id, for_update=True)
     if job is None:
         log.info("checkpoint of a job admission does not know", extra={"job_id": event.job_id})

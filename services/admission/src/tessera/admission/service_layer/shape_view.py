@@ -4,9 +4,11 @@ the GPUs the scheduler's placements hold, less what admitted but not yet placed 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tessera.admission.domain.queueing import (
+    FlavorSpec,
     FreeShapeOracle,
     NodeFree,
     Placement,
@@ -14,16 +16,42 @@ from tessera.admission.domain.queueing import (
     ShapeOracle,
     Workload,
 )
-from tessera.admission.domain.queueing.resources import MIG_PREFIX
+from tessera.admission.domain.queueing.flavors import flavor_of_node
+from tessera.admission.domain.queueing.resources import GPU, MIG_PREFIX
 from tessera.admission.domain.queueing.shape import FULL_GPU_MILLI
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """A node as the inventory describes it: every GPU, used or not."""
+
+    name: str
+    gpus: int
+    model: str
 
 
 class GpuShapeOracle:
     """`FreeShapeOracle` over whole and fractional GPUs. Telemetry's inventory does not describe
-    MIG slices, so MIG pods are left to the scheduler (and to quota)."""
+    MIG slices, so MIG pods are left to the scheduler (and to quota). Knowing the largest node, it
+    says which pods no node could ever hold; such a job waits (a larger node may join) saying so."""
 
-    def __init__(self, inner: FreeShapeOracle) -> None:
+    def __init__(self, inner: FreeShapeOracle, largest: NodeShape | None = None) -> None:
         self.inner = inner
+        self.largest = largest
+
+    def never_fits(self, workload: Workload) -> str | None:
+        if self.largest is None:
+            return None
+        largest = self.largest
+        for group in workload.pod_groups:
+            wanted = group.requests.get(GPU, 0)
+            if wanted > largest.gpus:
+                shape = f"{largest.gpus} x {largest.model}" if largest.model else f"{largest.gpus} GPUs"
+                return (
+                    f"no node shape holds a pod of {group.name!r} ({wanted} GPUs): "
+                    f"the largest node, {largest.name}, has {shape}"
+                )
+        return None
 
     def try_place(self, workload: Workload, flavors: Sequence[str]) -> Placement | None:
         return self.inner.try_place(_without_mig(workload), flavors)
@@ -49,15 +77,28 @@ def free_shape(
     used_milli_by_gpu: Mapping[str, int],
     flavor_for_model: Mapping[str, str],
     single_flavor: str | None = None,
+    flavors: Sequence[FlavorSpec] = (),
+    labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> ShapeOracle | None:
-    """None when telemetry has published no inventory yet: the shape is unknown, not empty."""
+    """None when telemetry has published no inventory yet: the shape is unknown, not empty.
+
+    A node's flavor is the one of ``flavors`` its GPU model and ``labels`` (by node) say
+    (`flavor_of_node`), else the one ``flavor_for_model`` names for its GPU model."""
+    labels = labels or {}
     free: list[NodeFree] = []
+    largest: NodeShape | None = None
     for name, gpus in nodes:
+        if gpus and (largest is None or len(gpus) > largest.gpus):
+            largest = NodeShape(name, len(gpus), str(gpus[0].get("model", "")))
         healthy = [g for g in gpus if g.get("healthy", True)]
         if not healthy:
             continue
         model = str(healthy[0].get("model", ""))
-        flavor = single_flavor or flavor_for_model.get(model.lower(), model.lower())
+        flavor = (
+            single_flavor
+            or flavor_of_node(model, labels.get(name, {}), flavors)
+            or flavor_for_model.get(model.lower(), model.lower())
+        )
         whole = 0
         partial = []
         for g in healthy:
@@ -69,4 +110,4 @@ def free_shape(
         free.append(NodeFree(name, flavor, whole, tuple(partial)))
     if not free:
         return None
-    return GpuShapeOracle(FreeShapeOracle(free))
+    return GpuShapeOracle(FreeShapeOracle(free), largest)

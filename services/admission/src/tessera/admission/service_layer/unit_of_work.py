@@ -12,15 +12,18 @@ from tessera.admission.adapters.cycle_records import CycleGate as SqlCycleGate
 from tessera.admission.adapters.cycle_records import CycleRecordRepository
 from tessera.admission.adapters.inventory import InventoryRepository
 from tessera.admission.adapters.repository import JobRepository
-from tessera.admission.adapters.tokens import TokenRepository
+from tessera.admission.adapters.tokens import IdempotencyKeyRepository, TokenRepository
+from tessera.admission.adapters.workloads import WorkloadRepository
 from tessera.admission.service_layer.ports import (
     Checkpoints,
     CycleGate,
     CycleRecords,
+    IdempotencyKeys,
     Inventory,
     Jobs,
     QueueingConfigs,
     Tokens,
+    Workloads,
 )
 from tessera.core.db.uow import UnitOfWork
 
@@ -33,15 +36,19 @@ class AdmissionUnitOfWork(UnitOfWork):
     checkpoints: Checkpoints
     config: QueueingConfigs
     tokens: Tokens
+    idempotency: IdempotencyKeys
     inventory: Inventory
     cycle_records: CycleRecords
     gate: CycleGate
+    workloads: Workloads
 
     def open_repositories(self, session: AsyncSession) -> None:
         self.jobs = JobRepository(session, self.track)
         self.checkpoints = CheckpointRepository(session)
         self.config = ConfigRepository(session)
         self.tokens = TokenRepository(session)
+        self.idempotency = IdempotencyKeyRepository(session)
         self.inventory = InventoryRepository(session)
         self.cycle_records = CycleRecordRepository(session)
         self.gate = SqlCycleGate(session)
+        self.workloads = WorkloadRepository(session)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TypeVar
 
 from tessera.admission.domain.queueing.errors import QueueingValidationError
@@ -11,6 +12,7 @@ from tessera.admission.domain.queueing.model import (
     CohortSpec,
     FairSharing,
     FlavorQuotas,
+    FlavorSpec,
     PreemptionTiming,
     PriorityClass,
     QueueSpec,
@@ -32,12 +34,18 @@ class QueueingConfig:
     priority_classes: dict[str, int] = field(default_factory=dict)
     fair_sharing: FairSharing = field(default_factory=FairSharing)
     timing: PreemptionTiming = field(default_factory=PreemptionTiming)
+    flavor_specs: dict[str, FlavorSpec] = field(default_factory=dict)
+    """Each flavor's capacity type, GPU model, node labels and tolerations, by name."""
+
+    @cached_property
+    def spot_flavors(self) -> frozenset[str]:
+        return frozenset(name for name, spec in self.flavor_specs.items() if spec.spot)
 
     @classmethod
     def build(
         cls,
         *,
-        flavors: Iterable[str],
+        flavors: Iterable[str | FlavorSpec],
         queues: Iterable[QueueSpec],
         cohorts: Iterable[CohortSpec] = (),
         tenant_queues: Iterable[TenantQueue] = (),
@@ -45,7 +53,10 @@ class QueueingConfig:
         fair_sharing: FairSharing = FairSharing(),
         timing: PreemptionTiming = PreemptionTiming(),
     ) -> QueueingConfig:
-        flavor_set = frozenset(flavors)
+        specs = _unique(
+            "flavors", [(f.name, f) if isinstance(f, FlavorSpec) else (f, FlavorSpec(f)) for f in flavors]
+        )
+        flavor_set = frozenset(specs)
         queue_map = _unique("queues", [(q.name, q) for q in queues])
         cohort_map = _unique("cohorts", [(c.name, c) for c in cohorts])
         # A cohort named only by a queue or a parent reference is implicit, as in Kueue.
@@ -76,7 +87,7 @@ class QueueingConfig:
         for attr in ("checkpoint_grace_s", "default_grace_s", "release_timeout_s"):
             if getattr(timing, attr) < 0:
                 raise QueueingValidationError(f"timing.{attr}", "must be >= 0")
-        return cls(flavor_set, queue_map, cohort_map, tenants, priorities, fair_sharing, timing)
+        return cls(flavor_set, queue_map, cohort_map, tenants, priorities, fair_sharing, timing, specs)
 
     def queue_for_tenant(self, tenant: str) -> str:
         try:

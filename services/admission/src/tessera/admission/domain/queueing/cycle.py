@@ -24,12 +24,14 @@ from tessera.admission.domain.queueing.decisions import (
     Wait,
     WaitReason,
 )
+from tessera.admission.domain.queueing.explain import quota_shortfall
 from tessera.admission.domain.queueing.flavors import FitMode, assign_flavors, fits
 from tessera.admission.domain.queueing.model import (
     AdmittedWorkload,
     DrainingVictim,
     InFlightPreemption,
     QueueingStrategy,
+    QueueSpec,
     Workload,
 )
 from tessera.admission.domain.queueing.preemption import find_victims
@@ -98,7 +100,7 @@ class AdmissionCycle:
                 placement = self.oracle.try_place(workload, record.flavors)
                 if placement is None:
                     engine.drop_reservation(name, workload.queue)
-                    self._wait(workload, WaitReason.NO_FEASIBLE_PLACEMENT, _NO_SHAPE)
+                    self._wait(workload, WaitReason.NO_FEASIBLE_PLACEMENT, self._no_shape(workload))
                     continue
                 self.oracle.commit(placement)
             del inflight[name]
@@ -151,16 +153,34 @@ class AdmissionCycle:
 
     # ---- one job ---------------------------------------------------------------------------------
 
+    def _no_shape(self, workload: Workload) -> str:
+        """The shape the cluster could never give the workload, or that its free GPUs cannot now."""
+        assert self.oracle is not None
+        return self.oracle.never_fits(workload) or _NO_SHAPE
+
+    def _short(self, spec: QueueSpec, usage: dict[FlavorResource, int], then: str) -> str:
+        """`queue q: needs 8 A100-80GB GPUs, 4 free in quota, borrowing limit reached; <then>`."""
+        numbers = quota_shortfall(self.engine.tree, spec, usage, self.engine.config.flavor_specs)
+        return f"{numbers}; {then}" if numbers else f"no unused quota; {then}"
+
     def _try(self, workload: Workload) -> _Outcome:
         """Admit the workload, or request preemption for it, or say why it waits."""
         engine = self.engine
         spec = engine.config.queues[workload.queue]
-        assignment = assign_flavors(engine.tree, spec, workload)
+        spot = engine.config.spot_flavors
+        assignment = assign_flavors(engine.tree, spec, workload, spot)
         if assignment.mode is FitMode.FIT:
             if self.oracle is not None:
                 placement = self.oracle.try_place(workload, assignment.flavors)
+                if placement is None and spot.intersection(assignment.flavors):
+                    # No spot node free for it: on-demand capacity, if its quota has room now.
+                    fallback = assign_flavors(engine.tree, spec, workload, spot, exclude=spot)
+                    if fallback.mode is FitMode.FIT:
+                        placement = self.oracle.try_place(workload, fallback.flavors)
+                        if placement is not None:
+                            assignment = fallback
                 if placement is None:
-                    return self._wait(workload, WaitReason.NO_FEASIBLE_PLACEMENT, _NO_SHAPE)
+                    return self._wait(workload, WaitReason.NO_FEASIBLE_PLACEMENT, self._no_shape(workload))
                 self.oracle.commit(placement)
             self._admit(workload, assignment.flavors, assignment.usage, assignment.borrows, reserved=False)
             return None
@@ -174,7 +194,9 @@ class AdmissionCycle:
                     return self._reserve(workload, assignment.flavors, assignment.usage, draining, [])
             if self.searches_left[workload.queue] <= 0:
                 return self._wait(
-                    workload, WaitReason.QUOTA_EXHAUSTED, "no unused quota; preemption search deferred"
+                    workload,
+                    WaitReason.QUOTA_EXHAUSTED,
+                    self._short(spec, assignment.usage, "preemption search deferred"),
                 )
             targets = find_victims(
                 engine.tree, spec, workload, assignment.usage, engine.cohort_admitted(workload.queue)
@@ -182,7 +204,9 @@ class AdmissionCycle:
         if not targets:
             self.searches_left[workload.queue] = 0
             return self._wait(
-                workload, WaitReason.QUOTA_EXHAUSTED, "no unused quota and no preemptible victims"
+                workload,
+                WaitReason.QUOTA_EXHAUSTED,
+                self._short(spec, assignment.usage, "no preemptible victims"),
             )
         self.searches_left[workload.queue] -= 1
         timing = engine.config.timing

@@ -1,14 +1,26 @@
 """Flavor assignment: pick a flavor for each pod group from the flavors it allows, in the
 queue's order, accounting quota per flavor (Kueue's flavorassigner, default fungibility:
 take the first flavor that fits, borrowing if need be; failing that, the first one that
-preemption could make room in)."""
+preemption could make room in).
+
+Spot capacity (`CapacityType.SPOT`) goes to the jobs that can lose it: a preemptible job tries the
+queue's spot flavors first, then its on-demand ones, each kind in the queue's order. A job that may
+not be preempted tries only the on-demand flavors it may use, and spot ones only when spot is all the
+queue offers it (the operator made that queue spot-only; the job runs there or nowhere). Kueue tries
+flavors in the queue's order alone; operators get its behaviour by listing spot first and marking
+non-preemptible work with a flavor of its own. A spot node's interruption then evicts preemptible,
+usually checkpointable, work, which the checkpoint service saves first. When no spot node is free
+for a job the spot flavor's quota would take, the cycle tries it on its on-demand flavors instead
+(spot capacity comes and goes; quota alone does not say it is there).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
-from tessera.admission.domain.queueing.model import QueueSpec, Workload
+from tessera.admission.domain.queueing.model import FlavorSpec, PodGroup, QueueSpec, Workload
 from tessera.admission.domain.queueing.quota import QuotaTree
 from tessera.admission.domain.queueing.resources import FlavorResource
 
@@ -31,7 +43,32 @@ class Assignment:
     message: str
 
 
-def assign_flavors(tree: QuotaTree, queue: QueueSpec, workload: Workload) -> Assignment:
+def candidate_flavors(
+    queue: QueueSpec,
+    group: PodGroup,
+    preemptible: bool,
+    spot: Collection[str] = (),
+    exclude: Collection[str] = (),
+) -> list[str]:
+    """The flavors a pod group tries, in order (see the module's docstring), less ``exclude``."""
+    allowed = [
+        f for f in queue.flavor_order if (not group.flavors or f in group.flavors) and f not in exclude
+    ]
+    on_spot = [f for f in allowed if f in spot]
+    on_demand = [f for f in allowed if f not in spot]
+    if preemptible:
+        return on_spot + on_demand
+    return on_demand or on_spot
+
+
+def assign_flavors(
+    tree: QuotaTree,
+    queue: QueueSpec,
+    workload: Workload,
+    spot: Collection[str] = (),
+    exclude: Collection[str] = (),
+) -> Assignment:
+    """``spot``: the names of the configuration's spot flavors; ``exclude``: flavors not to try."""
     usage: dict[FlavorResource, int] = {}
     chosen: list[str] = []
     mode = FitMode.FIT
@@ -41,9 +78,7 @@ def assign_flavors(tree: QuotaTree, queue: QueueSpec, workload: Workload) -> Ass
         best_preempt: str | None = None
         picked: str | None = None
         reasons: list[str] = []
-        for flavor in queue.flavor_order:
-            if group.flavors and flavor not in group.flavors:
-                continue
+        for flavor in candidate_flavors(queue, group, workload.preemptible, spot, exclude):
             group_mode = FitMode.FIT
             for res, qty in requests.items():
                 fr = (flavor, res)
@@ -89,3 +124,18 @@ def fits(tree: QuotaTree, queue: str, usage: dict[FlavorResource, int], allow_bo
         if value > tree.available(queue, fr):
             return False
     return True
+
+
+def flavor_of_node(model: str, labels: Mapping[str, str], flavors: Iterable[FlavorSpec]) -> str | None:
+    """The flavor a node's GPUs are: of the flavors of its GPU model whose node labels it has all of,
+    the one that names the most (a spot flavor labelled `karpenter.sh/capacity-type: spot` beats an
+    on-demand one of the same model that names none); the first of those on a tie. None: no flavor."""
+    best: FlavorSpec | None = None
+    for flavor in flavors:
+        if (flavor.gpu_model or flavor.name).lower() != model.lower():
+            continue
+        if any(labels.get(key) != value for key, value in flavor.node_labels.items()):
+            continue
+        if best is None or len(flavor.node_labels) > len(best.node_labels):
+            best = flavor
+    return best.name if best is not None else None

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
+from typing import Any
 
 from tessera.admission.domain.queueing.decisions import PreemptionReason
 from tessera.admission.domain.queueing.resources import FlavorResource
@@ -50,6 +51,30 @@ class PreemptionPolicy:
     within_queue: WithinQueuePolicy = WithinQueuePolicy.LOWER_PRIORITY
     reclaim_within_cohort: ReclaimPolicy = ReclaimPolicy.ANY
     borrow_within_cohort: BorrowWithinCohort = BorrowWithinCohort()
+
+
+class CapacityType(StrEnum):
+    """What kind of capacity a flavor's nodes are, as Karpenter's `karpenter.sh/capacity-type` says."""
+
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+    """Cheaper, and taken back by the cloud at short notice: for preemptible jobs first."""
+
+
+@dataclass(frozen=True)
+class FlavorSpec:
+    """A ResourceFlavor: a kind of GPU capacity, and the node labels (and tolerations) that put a
+    pod on it. Admission writes both into the pod templates of the jobs it admits in the flavor."""
+
+    name: str
+    gpu_model: str | None = None
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def spot(self) -> bool:
+        return self.capacity_type is CapacityType.SPOT
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,10 @@ class ShapeOracle(Protocol):
 
     def commit(self, placement: Placement) -> None: ...
 
+    def never_fits(self, workload: Workload) -> str | None:
+        """Why no node shape could ever hold a pod of the workload (naming the shape), or None."""
+        ...
+
 
 @dataclass(slots=True)
 class _Node:
@@ -104,6 +108,10 @@ class FreeShapeOracle:
     def commit(self, placement: Placement) -> None:
         for kind, node_name, amount in placement.reservations:
             self._apply(kind, node_name, amount)
+
+    def never_fits(self, workload: Workload) -> str | None:
+        """None: a view of free capacity alone cannot tell what the nodes could ever hold."""
+        return None
 
     # ---- internals -----------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tessera.admission.domain.queueing.config import QueueingConfig
 from tessera.admission.domain.queueing.errors import QueueingValidationError
+from tessera.admission.domain.queueing.flavors import candidate_flavors
 from tessera.admission.domain.queueing.model import Workload
 from tessera.admission.domain.queueing.quota import QuotaTree
 from tessera.admission.domain.queueing.resources import is_known_resource
@@ -32,7 +33,7 @@ def validate_workload(config: QueueingConfig, tree: QuotaTree, workload: Workloa
         unknown = sorted(group.flavors - config.flavors)
         if unknown:
             raise QueueingValidationError(f"{path}.flavors", f"unknown flavor {unknown[0]!r}")
-        candidates = [f for f in queue.flavor_order if not group.flavors or f in group.flavors]
+        candidates = candidate_flavors(queue, group, workload.preemptible, config.spot_flavors)
         if not candidates:
             raise QueueingValidationError(
                 f"{path}.flavors",

@@ -1,0 +1,63 @@
+"""What a job's Kubernetes objects should be in each of its states. Pure.
+
+Queued (or preempted, on its way back to the queue) the objects exist and are suspended; admitted,
+placed or running they run; cancelled or rejected they are deleted. A job that ended (succeeded or
+failed) keeps its objects as they are, so `kubectl logs` and `kubectl describe` still answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from tessera.admission.domain.model import HOLDS_QUOTA, JobState
+from tessera.contracts.jobs import JobSpec
+
+
+class Applied(StrEnum):
+    """What admission made sure of on the cluster for a job."""
+
+    SUSPENDED = "suspended"
+    RUNNING = "running"
+    DELETED = "deleted"
+    UNRUNNABLE = "unrunnable"
+    """The job has no pod template (accepted before admission ran workloads on a cluster)."""
+
+
+class Owner(StrEnum):
+    """Who made a job's objects."""
+
+    TESSERA = "tessera"
+    """Admission, from a job submitted by REST, the CLI or the NATS command."""
+    USER = "user"
+    """A user, with `kubectl apply` of a labelled workload."""
+
+
+def desired(state: JobState, owner: Owner = Owner.TESSERA) -> Applied | None:
+    """The objects' state a job in ``state`` wants; None: leave them as they are. A user's workload
+    that is rejected or cancelled stays suspended, for its owner to see why and delete."""
+    if state in (JobState.QUEUED, JobState.PREEMPTED):
+        return Applied.SUSPENDED
+    if state in HOLDS_QUOTA:
+        return Applied.RUNNING
+    if state in (JobState.CANCELLED, JobState.REJECTED):
+        return Applied.DELETED if owner is Owner.TESSERA else Applied.SUSPENDED
+    return None
+
+
+@dataclass(frozen=True)
+class WorkloadDue:
+    """A job whose objects are not yet what its state wants."""
+
+    job_id: str
+    state: JobState
+    spec: JobSpec | None
+    namespace: str | None
+    """Where its objects are (None: not made yet)."""
+    objects: tuple[tuple[str, str], ...]
+    """(kind, name) of each object made."""
+    applied: Applied | None
+    want: Applied
+    owner: Owner = Owner.TESSERA
+    flavors: tuple[str, ...] = ()
+    """The flavor admitted per pod group (the job's Jobs are its pod groups, in order)."""

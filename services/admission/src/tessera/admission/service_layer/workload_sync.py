@@ -1,0 +1,160 @@
+"""Jobs become Kubernetes objects, and their states become the objects' states.
+
+Level-triggered, as a controller: each round reads the jobs whose objects differ from what their
+state wants (`uow.workloads.due`), changes the cluster, then records what it made sure of. The
+cluster calls are idempotent and a Job is unsuspended only when the API shows it suspended, so a
+round cut short by a crash repeats safely: nothing is created twice and nothing unsuspended twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from tessera.admission.domain.flavor_placement import placement_of
+from tessera.admission.domain.kube_objects import job_objects
+from tessera.admission.domain.queueing import FlavorSpec
+from tessera.admission.domain.workload_sync import Applied, Owner, WorkloadDue
+from tessera.admission.service_layer.ports import WorkloadCluster, WorkloadError, WorkloadGone
+from tessera.admission.service_layer.unit_of_work import AdmissionUnitOfWork
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    namespace: str
+    objects: tuple[tuple[str, str], ...]
+    applied: Applied
+    note: str = ""
+
+
+async def apply(
+    item: WorkloadDue,
+    cluster: WorkloadCluster,
+    namespace: str,
+    flavors: Mapping[str, FlavorSpec] | None = None,
+) -> Outcome:
+    """Make the cluster what ``item`` wants; raises `WorkloadError` when the cluster fails. Jobs it
+    unsuspends go to the nodes of their pod group's flavor (described in ``flavors``, by name)."""
+    where = item.namespace or namespace
+    if item.want is Applied.DELETED:
+        await cluster.delete(where, item.objects)
+        return Outcome(where, item.objects, Applied.DELETED)
+    objects = item.objects
+    if item.applied is None:
+        if item.spec is None:
+            return Outcome(where, (), Applied.UNRUNNABLE, "no job spec")
+        try:
+            made = job_objects(item.job_id, item.spec, where)
+        except ValueError as error:
+            return Outcome(where, (), Applied.UNRUNNABLE, str(error))
+        await cluster.create(made)  # suspended
+        objects = tuple((ref.kind, ref.name) for ref in made.refs)
+    pods = [name for kind, name in objects if kind == "Pod"]
+    if pods:
+        return await _apply_pods(item, cluster, where, pods)
+    jobsets = [name for kind, name in objects if kind == "JobSet"]
+    if jobsets:
+        return await _apply_jobset(item, cluster, where, jobsets[0], flavors or {})
+    jobs = [name for kind, name in objects if kind == "Job"]
+    placements = {
+        name: placement_of(flavor, flavors or {}) for name, flavor in zip(jobs, item.flavors, strict=False)
+    }
+    try:
+        changed = await cluster.set_suspended(where, jobs, item.want is Applied.SUSPENDED, placements)
+    except WorkloadGone as gone:
+        if item.owner is Owner.USER:  # its owner deleted it: nothing left to hold or release
+            return Outcome(where, objects, Applied.DELETED, str(gone))
+        raise
+    verb = "suspended" if item.want is Applied.SUSPENDED else "unsuspended"
+    for name in changed:  # say why on the Job, where `kubectl describe job` shows it
+        if item.want is Applied.RUNNING:
+            flavor = f" in flavor {placements[name].flavor}" if name in placements else ""
+            await cluster.event(
+                where, name, "Normal", "Admitted", f"admitted by Tessera ({item.state}){flavor}: unsuspended"
+            )
+        else:
+            await cluster.event(
+                where, name, "Normal", "Preempted", f"job {item.state}: suspended until admitted again"
+            )
+    return Outcome(where, objects, item.want, f"{verb} {', '.join(changed)}" if changed else "")
+
+
+async def _apply_pods(item: WorkloadDue, cluster: WorkloadCluster, where: str, pods: list[str]) -> Outcome:
+    """A user's gated pod: admitted, its scheduling gate goes; preempted after it was released, it
+    is deleted (its ReplicaSet or StatefulSet makes it again, gated, and it queues again). A pod found
+    gone is left to the pod adoption, which cancels its job."""
+    objects = tuple(("Pod", name) for name in pods)
+    if item.want is Applied.RUNNING:
+        try:
+            changed = await cluster.release_pods(where, pods)
+        except WorkloadGone as gone:
+            return Outcome(where, objects, item.want, str(gone))
+        for name in changed:
+            message = f"admitted by Tessera ({item.state}): scheduling gate removed"
+            await cluster.event(where, name, "Normal", "Admitted", message, "Pod")
+        return Outcome(where, objects, item.want, f"released {', '.join(changed)}" if changed else "")
+    if item.applied is Applied.RUNNING:
+        for name in pods:
+            message = f"job {item.state}: pod deleted, its controller makes it again gated"
+            await cluster.event(where, name, "Normal", "Preempted", message, "Pod")
+        await cluster.delete(where, objects)
+        return Outcome(where, objects, item.want, f"deleted {', '.join(pods)}")
+    return Outcome(where, objects, item.want)
+
+
+async def _apply_jobset(
+    item: WorkloadDue, cluster: WorkloadCluster, where: str, name: str, flavors: Mapping[str, FlavorSpec]
+) -> Outcome:
+    """A user's JobSet, one gang: unsuspended when admitted (each replicated job on its pod group's
+    flavor), suspended again when preempted; its controller suspends and resumes its child Jobs."""
+    objects = (("JobSet", name),)
+    placements = [placement_of(flavor, flavors) for flavor in item.flavors]
+    try:
+        changed = await cluster.set_jobset_suspended(where, name, item.want is Applied.SUSPENDED, placements)
+    except WorkloadGone as gone:  # its owner deleted it: nothing left to hold or release
+        return Outcome(where, objects, Applied.DELETED, str(gone))
+    if not changed:
+        return Outcome(where, objects, item.want)
+    if item.want is Applied.RUNNING:
+        message = f"admitted by Tessera ({item.state}) as one gang: unsuspended"
+        await cluster.event(where, name, "Normal", "Admitted", message, "JobSet")
+        return Outcome(where, objects, item.want, f"unsuspended {name}")
+    message = f"job {item.state}: suspended until admitted again"
+    await cluster.event(where, name, "Normal", "Preempted", message, "JobSet")
+    return Outcome(where, objects, item.want, f"suspended {name}")
+
+
+async def sync_workloads(
+    uow: Callable[[], AdmissionUnitOfWork], cluster: WorkloadCluster, namespace: str, limit: int = 100
+) -> int:
+    """One round; returns how many jobs' objects it brought to their state."""
+    async with uow() as work:
+        due = await work.workloads.due(limit)
+        flavors = {}
+        if any(item.want is Applied.RUNNING and item.flavors for item in due):
+            flavors = {f.name: f.to_domain() for f in (await work.config.load()).flavors}
+    done = 0
+    for item in due:
+        try:
+            outcome = await apply(item, cluster, namespace, flavors)
+        except WorkloadError as error:
+            log.warning("job objects not changed: %s", error, extra={"job_id": item.job_id})
+            continue
+        async with uow() as work:
+            await work.workloads.record(
+                item.job_id,
+                outcome.namespace,
+                outcome.objects,
+                outcome.applied,
+                datetime.now(UTC),
+                outcome.note,
+                item.owner,
+            )
+            await work.commit()
+        log.info("job objects %s", outcome.applied, extra={"job_id": item.job_id, "note": outcome.note})
+        done += 1
+    return done

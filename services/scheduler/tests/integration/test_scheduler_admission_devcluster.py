@@ -1,4 +1,5 @@
-"""A job submitted to admission runs on the devcluster: admitted, its pods created and bound by the
+"""A job submitted to admission runs on the devcluster: admitted, its Indexed Job unsuspended by
+admission, its pods created by the Job controller with the template's image and bound by the
 scheduler, and the scheduler's decision span joins the job's trace."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from tessera.admission import bootstrap as admission
 from tessera.admission.adapters.repository import JobRepository
 from tessera.admission.config import AdmissionSettings
 from tessera.admission.service_layer.handlers import submit_job
-from tessera.cluster.conventions.names import GPU_ASSIGNMENT_ANNOTATION, POD_GROUP_LABEL
+from tessera.cluster.conventions.names import GPU_ASSIGNMENT_ANNOTATION, JOB_POD_GROUP_LABEL
 from tessera.core.db.migrations import migrate_all
 from tessera.core.observability.tracing import configure_tracing
 from tessera.devcluster.apiserver import PODS
@@ -26,6 +27,7 @@ from tessera.scheduler import bootstrap as scheduler
 from tessera.scheduler.config import SchedulerSettings
 from tessera.telemetry import bootstrap as telemetry
 from tessera.telemetry.config import TelemetrySettings
+from tessera.testing.builders import TRAINING_IMAGE
 from tessera.testing.services import eventually, reset_jetstream, running, settings_for
 
 pytestmark = pytest.mark.integration
@@ -35,7 +37,16 @@ CLUSTER_FILE = Path(__file__).resolve().parents[4] / "examples" / "clusters" / "
 JOB = {
     "name": "ddp",
     "tenant": "research",
-    "pod_groups": [{"name": "worker", "replicas": 2, "cpu": "4", "memory": "8Gi", "gpu": {"count": 4}}],
+    "pod_groups": [
+        {
+            "name": "worker",
+            "replicas": 2,
+            "cpu": "4",
+            "memory": "8Gi",
+            "gpu": {"count": 4},
+            "template": {"spec": {"containers": [{"name": "trainer", "image": TRAINING_IMAGE}]}},
+        }
+    ],
     "estimated_duration_s": 3600,
 }
 
@@ -56,7 +67,7 @@ async def test_a_submitted_job_is_bound_on_the_cluster_within_its_trace(
     await asyncio.to_thread(migrate_all, fresh_database)
     with DevCluster.from_file(CLUSTER_FILE, speed=20.0, duty_cycle=DutyCycleTrace.synthetic()) as cluster:
         kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
-        a_settings = settings_for(AdmissionSettings, nats_url, fresh_database)
+        a_settings = settings_for(AdmissionSettings, nats_url, fresh_database, kubeconfig=kubeconfig)
         s_settings = settings_for(
             SchedulerSettings, nats_url, fresh_database, kubeconfig=kubeconfig, poll_s=0.2
         )
@@ -84,7 +95,8 @@ async def test_a_submitted_job_is_bound_on_the_cluster_within_its_trace(
             for pod in ours:
                 assert pod["spec"]["schedulerName"] == "tessera"
                 assert pod["spec"]["nodeName"]
-                assert pod["metadata"]["labels"][POD_GROUP_LABEL].startswith("ddp-")
+                assert pod["metadata"]["labels"][JOB_POD_GROUP_LABEL] == "worker"
+                assert pod["spec"]["containers"][0]["image"] == TRAINING_IMAGE
                 assert GPU_ASSIGNMENT_ANNOTATION in pod["metadata"]["annotations"]
                 assert pod["metadata"]["annotations"]["tessera.io/sim-duration"] == "3600"
 

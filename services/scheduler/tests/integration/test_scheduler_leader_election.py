@@ -39,7 +39,10 @@ from tessera.devcluster.sim.nvml import DutyCycleTrace
 from tessera.scheduler import bootstrap
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.service_layer.dependencies import SchedulerDeps
+from tessera.testing.builders import TRAINING_IMAGE
 from tessera.testing.services import eventually, read_stream, reset_jetstream, running, settings_for
+
+from .workloads import run_workloads
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +68,14 @@ def gang_job(name: str, pods: int = 2) -> JobSpec:
             "name": name,
             "tenant": "research",
             "pod_groups": [
-                {"name": "worker", "replicas": pods, "cpu": "4", "memory": "8Gi", "gpu": {"count": 2}}
+                {
+                    "name": "worker",
+                    "replicas": pods,
+                    "cpu": "4",
+                    "memory": "8Gi",
+                    "gpu": {"count": 2},
+                    "template": {"spec": {"containers": [{"name": "main", "image": TRAINING_IMAGE}]}},
+                }
             ],
         }
     )
@@ -122,6 +132,7 @@ class World:
             await js.publish(subject, body, headers=headers)
         finally:
             await nc.close()
+        await run_workloads(self.kubeconfig, job_id, spec)  # admission's part on the cluster
 
     async def placed(self, job_id: str) -> list[Any]:
         nc = await nats.connect(self.nats_url)
@@ -230,6 +241,11 @@ async def test_one_scheduler_leads_and_the_other_takes_over_when_it_stops_or_van
             lambda: _is(len(world.bound(prefix("gamma", jobs["gamma"]))) == 2), what="gamma bound", timeout=20
         )
         assert world.holder() == elector(c).identity
+
+        async def every_gang_announced() -> bool:  # before c stops: its relay publishes what it decided
+            return all([len(await world.placed(job_id)) >= 1 for job_id in jobs.values()])
+
+        await eventually(every_gang_announced, what="gang_placed of every job published", timeout=20)
     finally:
         await schedulers.close()
 

@@ -41,7 +41,10 @@ from tessera.devcluster.sim.nvml import DutyCycleTrace
 from tessera.scheduler import bootstrap
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.service_layer.dependencies import SchedulerDeps
+from tessera.testing.builders import TRAINING_IMAGE
 from tessera.testing.services import eventually, read_stream, reset_jetstream, running, settings_for
+
+from .workloads import run_workloads
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +59,14 @@ def gang_job(name: str, duration_s: int | None) -> JobSpec:
             "name": name,
             "tenant": "research",
             "pod_groups": [
-                {"name": "worker", "replicas": 4, "cpu": "8", "memory": "32Gi", "gpu": {"count": 8}}
+                {
+                    "name": "worker",
+                    "replicas": 4,
+                    "cpu": "8",
+                    "memory": "32Gi",
+                    "gpu": {"count": 8},
+                    "template": {"spec": {"containers": [{"name": "main", "image": TRAINING_IMAGE}]}},
+                }
             ],
             "estimated_duration_s": duration_s,
         }
@@ -97,6 +107,7 @@ class World:
             await js.publish(subject, body, headers=headers)
         finally:
             await nc.close()
+        await run_workloads(self.kubeconfig, job_id, spec)  # admission's part on the cluster
 
     async def events(self, subject: str) -> list[Any]:
         nc = await nats.connect(self.nats_url)
@@ -323,6 +334,8 @@ async def test_a_restart_loses_no_placement_and_binds_nothing_twice(world: World
         await eventually(
             lambda: _async(len(bound(world.pods(job_prefix("gamma", gamma)))) == 4), what="gamma bound"
         )
+        # Pods are bound inside the cycle and its placements commit at its end, with gang_placed.
+        await eventually(lambda: _matching(world, subjects.GANG_PLACED, gamma), what="gamma placed")
         assert await world.rows(f"SELECT count(*) FROM scheduler.placements WHERE job_id = '{gamma}'") == [
             (4,)
         ]

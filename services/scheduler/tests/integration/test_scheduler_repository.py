@@ -6,10 +6,11 @@ earlier request, after-commit callbacks run on commit only)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
 from tessera.contracts.events import PreemptionRequested, ReadyForEviction
@@ -195,3 +196,75 @@ async def test_an_answer_that_arrives_before_its_preemption_request_is_kept_for_
         await repo.add_preemption(checkpointable_request("victim", "high", now + timedelta(minutes=10)))
         (due,) = await repo.due_preemptions(now.timestamp())
         assert due.ready == "checkpoint_timeout"
+
+
+async def test_a_decision_cycles_writes_go_together_and_are_read_back_in_order(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    async with sessions() as session, session.begin():
+        repo = SqlSchedulerRepository(session)
+        for job in ("a", "b", "c", "d"):
+            assert await repo.add_pending(job, None, T0, source="podgroup")
+        await repo.record_placements([row("old", "default/old-0", ((0, 1000),))])
+
+    statements: list[str] = []
+    async with sessions() as session, session.begin():
+        repo = SqlSchedulerRepository(session)
+        await repo.lock_for_decision()
+        event.listen(session.sync_session.get_bind(), "before_cursor_execute", _count(statements))
+        # A cycle's record: a gang queued, three placed and gone from the queue, one requeued, one
+        # job finished.
+        assert await repo.add_pending("f", None, T0, source="podgroup")
+        for job in ("a", "b", "c"):
+            await repo.record_placements([row(job, f"default/{job}-0", ((1, 1000),))])
+            await repo.remove_pending(job)
+        await repo.record_requeued("d", 2, "unschedulable", "insufficient GPU", T0.timestamp() + 5)
+        await repo.release_job("old")
+        assert statements == [], "nothing is sent before the cycle reads or commits"
+        # Read back within the cycle: what was held back is sent first, one statement per kind.
+        assert await repo.pending_ids() == {"d", "f"}
+        # insert placements, release the job, queue, dequeue, requeue, select
+        assert len(statements) == 6
+        # Changes to one row by two kinds keep their order: placed then released, released then placed.
+        await repo.record_placements([row("e", "default/e-0", ((2, 1000),))])
+        await repo.release_job("e")
+        await repo.release_pod("default/c-0")
+        await repo.record_placements([row("c", "default/c-0", ((3, 1000),))])
+        placed = {p.pod: p.gpus for p in await repo.placements()}
+        requeued, queued = await repo.pending()
+
+    assert placed == {
+        "default/a-0": ((1, 1000),),
+        "default/b-0": ((1, 1000),),
+        "default/c-0": ((3, 1000),),
+    }
+    assert (requeued.job_id, requeued.attempts, requeued.last_reason) == ("d", 2, "insufficient GPU")
+    assert (queued.job_id, queued.source, queued.attempts) == ("f", "podgroup", 0)
+    assert requeued.backoff_until == T0 + timedelta(seconds=5)
+
+
+async def test_a_cycles_held_back_writes_commit_with_the_unit_of_work(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    uow = SchedulerUnitOfWork(sessions, orm.outbox, orm.inbox, "scheduler")
+    async with uow:
+        await uow.repo.add_pending("a", None, T0, source="podgroup")
+        await uow.commit()
+    async with uow:
+        await uow.repo.lock_for_decision()
+        await uow.repo.record_placements([row("a", "default/a-0", ((0, 1000),))])
+        await uow.repo.remove_pending("a")
+        await uow.commit()
+    async with uow:
+        await uow.repo.lock_for_decision()
+        await uow.repo.release_job("a")  # rolled back: never sent, never committed
+    async with uow:
+        assert [p.pod for p in await uow.repo.placements()] == ["default/a-0"]
+        assert await uow.repo.pending_ids() == set()
+
+
+def _count(statements: list[str]) -> Callable[..., None]:
+    def before_cursor_execute(conn: object, cursor: object, statement: str, *args: object) -> None:
+        statements.append(statement)
+
+    return before_cursor_execute

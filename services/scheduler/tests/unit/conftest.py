@@ -71,6 +71,9 @@ class FakeSchedulerRepository:
     def __init__(self, store: SchedulerStore) -> None:
         self.store = store
 
+    async def flush(self) -> None:
+        return None
+
     async def lock_for_decision(self) -> None:
         pass
 

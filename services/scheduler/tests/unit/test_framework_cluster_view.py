@@ -70,3 +70,32 @@ def test_a_pod_group_becomes_a_gang_placed_whole() -> None:
     world.scheduler.submit(spec)
     [outcome] = world.scheduler.run(now=5.0)
     assert outcome.kind is OutcomeKind.PLACED and len(outcome.bound) == 2
+
+
+def test_a_pods_node_selector_and_tolerations_and_a_nodes_blocking_taints_reach_the_scheduler() -> None:
+    from tessera.cluster.conventions.pods import parse_pod
+    from tessera.cluster.domain.node import Taint, TaintEffect
+
+    pod = parse_pod(
+        {
+            "metadata": {"name": "w-0", "namespace": "ml"},
+            "spec": {
+                "nodeSelector": {"pool": "a100", "karpenter.sh/capacity-type": "spot"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [
+                    {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                ],
+            },
+        }
+    )
+    spec = pod_spec(pod, "g")
+    assert spec.node_selector == (("karpenter.sh/capacity-type", "spot"), ("pool", "a100"))
+    assert [t.key for t in spec.tolerations] == ["nvidia.com/gpu"]
+    node = replace(
+        gpu_node("n0", "A100-80GB", 1),
+        taints=(
+            Taint("nvidia.com/gpu", TaintEffect.NO_SCHEDULE),
+            Taint("soft", TaintEffect.PREFER_NO_SCHEDULE),
+        ),
+    )
+    assert [t.key for t in node_info(node).taints] == ["nvidia.com/gpu"]  # PreferNoSchedule never blocks

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
 
 import pytest
 
@@ -15,6 +16,8 @@ from tessera.scheduler.domain.gang.queue import BackoffPolicy, ClusterEvent, Req
 from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
 from tessera.scheduler.domain.plugins.reserve import RecordingBinder
 from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
+
+T = TypeVar("T")
 
 
 def cluster(nodes: int, gpus: int = 8, racks: tuple[str, ...] = ()) -> list[NodeInfo]:
@@ -346,16 +349,29 @@ def test_a_placed_gang_says_why_each_member_went_where_it_did() -> None:
 
 
 def test_each_attempt_runs_inside_the_wrapper_given() -> None:
-    world = assemble(cluster(1), RecordingBinder())
+    binder = RecordingBinder()
+    world = assemble(cluster(1), binder)
     world.scheduler.submit(make_gang("fits", 1, gpus=4))
     world.scheduler.submit(make_gang("too-big", 1, gpus=16, submitted_at=1.0))
-    seen: list[tuple[str, OutcomeKind]] = []
+    steps: list[tuple[str, str]] = []
 
-    def around(gang: str, attempt: Callable[[], GangOutcome]) -> GangOutcome:
-        outcome = attempt()
-        seen.append((gang, outcome.kind))
-        return outcome
+    def around(gang: str, step: Callable[[], T]) -> T:
+        binds = len(binder.bound)
+        result = step()
+        kind = result.kind.value if isinstance(result, GangOutcome) else "step"
+        steps.append((gang, "bound" if len(binder.bound) > binds else kind))
+        return result
 
     outcomes = world.scheduler.run(now=0.0, around=around)
-    assert seen == [(o.gang, o.kind) for o in outcomes]
-    assert seen == [("fits", OutcomeKind.PLACED), ("too-big", OutcomeKind.UNSCHEDULABLE)]
+    # Decided in queue order; the gang that reached quorum is bound, then finished, in its own steps.
+    assert steps == [
+        ("fits", "step"),
+        ("too-big", "unschedulable"),
+        ("fits", "bound"),
+        ("fits", "placed"),
+    ]
+    # Outcomes keep the order the gangs were tried in.
+    assert [(o.gang, o.kind) for o in outcomes] == [
+        ("fits", OutcomeKind.PLACED),
+        ("too-big", OutcomeKind.UNSCHEDULABLE),
+    ]

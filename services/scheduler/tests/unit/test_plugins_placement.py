@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from tessera.cluster.domain.node import Taint, TaintEffect, Toleration, TolerationOperator
 from tessera.scheduler.domain.cache import SchedulerCache
 from tessera.scheduler.domain.framework.builders import make_node, make_pod
 from tessera.scheduler.domain.framework.cycle_state import CycleState
@@ -333,3 +336,59 @@ def test_fragmentation_weight_can_overrule_node_spread() -> None:
         )
     )
     assert with_fgd.schedule_pod(CycleState(), pod, cache.snapshot()).node == "half"
+
+
+def test_a_mig_profile_no_gpu_model_of_the_cluster_offers_is_explained_once() -> None:
+    cache = SchedulerCache.rebuild(
+        [make_node("a100").gpus(2).build(), make_node("t4").gpus(2, model="T4").build()]
+    )
+    framework = Framework(build_profile(cache, GangRegistry(), RecordingBinder(), gangs=False))
+    h100_only = PodSpec.from_resources("p1", "g", {"nvidia.com/mig-1g.10gb+me": 1})  # A100 has 1g.10gb+me
+    first = framework.schedule_pod(CycleState(), h100_only, cache.snapshot()).diagnosis
+    assert first is not None and "offered by no GPU model" not in first.message()
+    never = PodSpec.from_resources("p2", "g", {"nvidia.com/mig-1g.18gb": 1})  # H200's smallest profile
+    result = framework.schedule_pod(CycleState(), never, cache.snapshot())
+    assert result.node is None and result.diagnosis is not None
+    assert result.diagnosis.message() == (
+        "MIG profile 1g.18gb is offered by no GPU model in the cluster (A100-80GB, T4)"
+    )
+    # a profile an A100 can be partitioned into is not ruled out: slicing may make it
+    possible = PodSpec.from_resources("p3", "g", {"nvidia.com/mig-3g.40gb": 1})
+    message = framework.schedule_pod(CycleState(), possible, cache.snapshot()).diagnosis.message()  # type: ignore[union-attr]
+    assert "offered by no GPU model" not in message and "3g.40gb" in message
+
+
+def test_a_node_of_an_unknown_model_keeps_any_profile_possible() -> None:
+    cache = SchedulerCache.rebuild([make_node("odd").gpus(1, model="MysteryGPU").build()])
+    framework = Framework(build_profile(cache, GangRegistry(), RecordingBinder(), gangs=False))
+    pod = PodSpec.from_resources("p", "g", {"nvidia.com/mig-1g.18gb": 1})
+    message = framework.schedule_pod(CycleState(), pod, cache.snapshot()).diagnosis.message()  # type: ignore[union-attr]
+    assert "offered by no GPU model" not in message
+
+
+def test_a_node_selector_sends_the_pod_to_a_node_with_every_label() -> None:
+    spot = make_node("spot").gpus(4).label("karpenter.sh/capacity-type", "spot").build()
+    on_demand = make_node("on-demand").gpus(4).label("karpenter.sh/capacity-type", "on-demand").build()
+    cache = SchedulerCache.rebuild([on_demand, spot])
+    pod = replace(make_pod("p", gpus=1), node_selector=(("karpenter.sh/capacity-type", "spot"),))
+    assert place(cache, pod)[0] == "spot"
+    nowhere = replace(make_pod("q", gpus=1), node_selector=(("karpenter.sh/capacity-type", "reserved"),))
+    framework = Framework(build_profile(cache, GangRegistry(), RecordingBinder(), gangs=False))
+    result = framework.schedule_pod(CycleState(), nowhere, cache.snapshot())
+    assert result.node is None and result.diagnosis is not None
+    assert result.diagnosis.message() == "node didn't match the pod's node selector on 2 nodes"
+
+
+def test_a_noschedule_taint_keeps_pods_that_do_not_tolerate_it_away() -> None:
+    tainted = replace(
+        make_node("gpu-tainted").gpus(8).build(), taints=(Taint("nvidia.com/gpu", TaintEffect.NO_SCHEDULE),)
+    )
+    cache = SchedulerCache.rebuild([tainted, make_node("plain").gpus(2).build()])
+    assert place(cache, make_pod("p", gpus=4))[0] is None  # only the tainted node has 4 free GPUs
+    tolerant = replace(
+        make_pod("q", gpus=4),
+        tolerations=(
+            Toleration("nvidia.com/gpu", TolerationOperator.EXISTS, effect=TaintEffect.NO_SCHEDULE),
+        ),
+    )
+    assert place(cache, tolerant)[0] == "gpu-tainted"

@@ -14,7 +14,6 @@ from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
 from tessera.cluster.domain.requirements import Pod, PodGroup, PodPhase, PodRequirements
 from tessera.cluster.fake import FakeCluster
 from tessera.cluster.port import WatchEvent
-from tessera.contracts.jobs import JobSpec
 from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL
 from tessera.scheduler.domain.framework.cluster_view import node_info
@@ -22,13 +21,6 @@ from tessera.scheduler.service_layer.outcomes import GangInfo
 from tessera.scheduler.service_layer.rebuild import adopt_cluster_pods
 
 NODE = gpu_node("gpu-0", "A100-80GB", 2)
-
-
-class NoPods:
-    async def ensure(
-        self, job_id: str, spec: JobSpec, namespace: str, *, quorum: int, resume_from: str | None = None
-    ) -> None:
-        raise AssertionError("not expected to create pods")
 
 
 def held(
@@ -59,7 +51,7 @@ async def side() -> AsyncIterator[World]:
     fake.add_pod(Pod("default", "waiting", scheduler_name=SCHEDULER_NAME, pod_group="ring"))
     fake.add_pod(held("other", scheduler="default-scheduler"))
     fake.add_pod(held("done", phase=PodPhase.SUCCEEDED))
-    side = ClusterSide(fake, NoPods())
+    side = ClusterSide(fake)
     yield fake, side
     await side.stop()
 

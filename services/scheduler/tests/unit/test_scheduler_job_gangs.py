@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tessera.cluster.domain import Pod
 from tessera.contracts.events import GpuInventory, NodeInventory
 from tessera.contracts.jobs import JobSpec
 from tessera.scheduler.domain.framework.pod import Policy
@@ -16,6 +17,7 @@ from tessera.scheduler.service_layer.gangs import (
     inventory_node,
     job_gang,
     job_group_name,
+    job_members,
     job_pod_names,
     placement_of,
     pod_name,
@@ -149,3 +151,11 @@ def test_waiting_demand_counts_pods_by_gpu_shape_largest_first() -> None:
     ]
     demand = [(d.gpus, d.milli, d.mig_profile, d.pods) for d in waiting_demand(pods)]
     assert demand == [(2, 1000, None, 3), (1, 250, None, 2), (0, 1000, "1g.10gb", 1)]
+
+
+def test_a_job_s_gated_pods_are_not_its_members_until_admission_removes_the_gate() -> None:
+    labels = {"tessera.io/job-id": JOB_ID}
+    gated = Pod("ml", "web-a", scheduler_name="tessera", labels=labels, gated=True)
+    released = Pod("ml", "web-b", scheduler_name="tessera", labels=labels)
+    other = Pod("ml", "web-c", scheduler_name="default-scheduler", labels=labels)
+    assert [p.name for p in job_members([gated, released, other], JOB_ID)] == ["web-b"]

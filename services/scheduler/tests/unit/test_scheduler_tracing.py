@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +16,7 @@ from tessera.core.observability.tracing import configure_tracing, current_trace_
 from tessera.scheduler.domain.framework.builders import make_gang, make_node
 from tessera.scheduler.domain.gang.assembly import Assembly, assemble
 from tessera.scheduler.domain.gang.scheduler import OutcomeKind
-from tessera.scheduler.domain.plugins.reserve import RecordingBinder
+from tessera.scheduler.domain.plugins.reserve import BindError, RecordingBinder
 from tessera.scheduler.domain.snapshot import Allocation
 from tessera.scheduler.service_layer.outcomes import GangInfo
 from tessera.scheduler.service_layer.tracing import (
@@ -141,3 +142,61 @@ def test_an_outcome_without_an_attempt_is_annotated_when_recorded(spans: InMemor
 def test_gpus_are_indices_with_the_share_of_a_fraction() -> None:
     assert gpus_of(Allocation("p", "g", "n", ((0, 1000), (1, 1000)))) == "0,1"
     assert gpus_of(Allocation("p", "g", "n", ((3, 500),))) == "3:500m"
+
+
+class MeetingBinder(RecordingBinder):
+    """The first two binds wait for each other: they can only both return if they run at once."""
+
+    def __init__(self, fail_pod: str | None = None) -> None:
+        super().__init__()
+        self.fail_pod = fail_pod
+        self.threads: set[str] = set()
+        self._lock = threading.Lock()
+        self._meeting = threading.Barrier(2, timeout=30)
+        self.met = 0
+
+    def bind(self, allocation: Allocation) -> None:
+        with self._lock:
+            self.threads.add(threading.current_thread().name)
+            meet = self.met < 2
+            self.met += 1
+        if meet:
+            self._meeting.wait()  # BrokenBarrierError (a failed bind) if binds ran one at a time
+        with self._lock:
+            if allocation.pod == self.fail_pod:
+                raise BindError(f"{allocation.pod} refused")
+            self.bound.append(allocation)
+
+
+def test_gangs_bind_at_once_each_bind_a_child_of_its_own_decision(spans: InMemorySpanExporter) -> None:
+    binder = MeetingBinder(fail_pod="g3-1")
+    built = assemble([make_node(f"n{i}").gpus(8).build() for i in range(4)], TracedBinder(binder))
+    gangs = {f"g{i}": admitted_in_a_trace(f"g{i}") for i in range(6)}
+    decisions = DecisionSpans({gang: info for gang, (info, _) in gangs.items()})
+    for i, gang in enumerate(gangs):
+        built.scheduler.submit(make_gang(gang, 2, gpus=2, submitted_at=float(i)))
+    outcomes = built.scheduler.run(now=0.0, around=decisions.around)
+
+    # Tried in queue order, outcomes in that order; the gang whose second bind failed is rolled back.
+    assert [o.gang for o in outcomes] == list(gangs)
+    kinds = {o.gang: o.kind for o in outcomes}
+    assert kinds.pop("g3") is OutcomeKind.BIND_FAILED
+    assert set(kinds.values()) == {OutcomeKind.PLACED}
+    [failed] = [o for o in outcomes if o.gang == "g3"]
+    assert [a.pod for a in failed.evicted] == ["g3-0"] == [a.pod for a in binder.evicted]
+    assert all(name.startswith("scheduler-bind") for name in binder.threads)
+    assert built.cache.allocation("g3-0") is None and built.cache.allocation("g3-1") is None
+    for outcome in outcomes:
+        span = decisions.take(outcome)
+        assert span is not None
+        span.end()
+
+    by_span = {s.context.span_id: s for s in named(spans, DECISION_SPAN)}
+    binds = named(spans, BIND_SPAN)
+    assert len(binds) == 12
+    for bind in binds:
+        assert bind.parent is not None
+        decision = by_span[bind.parent.span_id]
+        gang = dict(decision.attributes or {})["gang"]
+        assert dict(bind.attributes or {})["gang"] == gang
+        assert bind.context.trace_id == gangs[str(gang)][1]

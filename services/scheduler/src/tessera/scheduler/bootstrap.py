@@ -15,12 +15,12 @@ from tessera.core.messaging.consumer import ConsumerSpec
 from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 from tessera.scheduler.adapters import orm
 from tessera.scheduler.adapters.cluster_side import ClusterSide
-from tessera.scheduler.adapters.kube import JobMaterializer
 from tessera.scheduler.config import SchedulerSettings, get_settings
 from tessera.scheduler.entrypoints.loop import scheduling_loop
+from tessera.scheduler.entrypoints.metrics import MeteredEngine, SchedulerMetrics
+from tessera.scheduler.entrypoints.podgroup_status import keep_podgroup_status
 from tessera.scheduler.service_layer import handlers
 from tessera.scheduler.service_layer.dependencies import ClusterConnection, SchedulerDeps
-from tessera.scheduler.service_layer.engine import SchedulingEngine
 from tessera.scheduler.service_layer.unit_of_work import SchedulerUnitOfWork
 
 # Turns the API client into the `Cluster` port; tests wrap the adapter to inject failures.
@@ -74,12 +74,13 @@ def build(
     settings: SchedulerSettings, *, cluster_factory: ClusterFactory | None = None
 ) -> ServiceDefinition[SchedulerDeps]:
     async def dependencies(ctx: ServiceContext) -> SchedulerDeps:
+        metrics = SchedulerMetrics(ctx.metrics.registry)
         if settings.kubeconfig is None:  # inventory mode: places on what telemetry reports
-            return SchedulerDeps(ctx, SchedulingEngine(ctx.uow, settings))
-        api = api_client(kubeconfig=str(settings.kubeconfig))
+            return SchedulerDeps(ctx, MeteredEngine(ctx.uow, settings).observe_with(metrics))
+        api = api_client(kubeconfig=str(settings.kubeconfig), connections=settings.kube_connections)
         cluster = (cluster_factory or KubernetesCluster)(api)
-        side = ClusterSide(cluster, JobMaterializer(api))
-        engine = SchedulingEngine(ctx.uow, settings, cluster=side)  # subscribes to the side's watches
+        side = ClusterSide(cluster)
+        engine = MeteredEngine(ctx.uow, settings, cluster=side).observe_with(metrics)  # watches the side
         return SchedulerDeps(ctx, engine, ClusterConnection(cluster, side, leader_elector(api, settings)))
 
     return ServiceDefinition(
@@ -89,7 +90,7 @@ def build(
         unit_of_work=SchedulerUnitOfWork,
         dependencies=dependencies,
         consumers=consumers,
-        background=[scheduling_loop],
+        background=[scheduling_loop, keep_podgroup_status],  # PodGroups' status follows their pods
         # an answer to a preemption that ended otherwise (forced, deadline) is of no use after a day
         retention=[RetentionRule(orm.evictions_ready, "received_at", 24 * 3600.0)],
     )

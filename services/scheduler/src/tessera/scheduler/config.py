@@ -14,7 +14,7 @@ from typing import Self
 
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 
-from tessera.cluster.leader import LeaderElectionConfig
+from tessera.cluster.leader_settings import LeaderElectionSettings as SharedLeaderElectionSettings
 from tessera.core.settings import ServiceSettings, http_port, service_config
 
 
@@ -53,34 +53,13 @@ class WorkloadProfileSettings(BaseModel):
         return self
 
 
-class LeaderElectionSettings(BaseModel):
-    """Only one scheduler decides: the holder of a ``coordination.k8s.io/v1`` Lease (with a kubeconfig).
+class LeaderElectionSettings(SharedLeaderElectionSettings):
+    """Only one scheduler decides: the holder of the ``tessera-scheduler`` Lease (with a kubeconfig).
 
     Followers keep their consumers (they record what arrives) and watch the cluster, but neither
-    decide nor bind. kube-scheduler's defaults: 15 s, 10 s, 2 s."""
+    decide nor bind."""
 
-    enabled: bool = Field(True, description="elect a leader when a kubeconfig is given")
     lease_name: str = Field("tessera-scheduler", min_length=1)
-    namespace: str | None = Field(
-        None,
-        description="where the Lease is kept; default: the pod's own namespace (the release's), "
-        "else the scheduler's namespace",
-    )
-    lease_duration_s: float = Field(
-        15.0, gt=0, description="followers take over this long after they last saw the lease renewed"
-    )
-    renew_deadline_s: float = Field(
-        10.0, gt=0, description="the leader stops deciding when it could not renew for this long"
-    )
-    retry_period_s: float = Field(2.0, gt=0, description="how often candidates try and the leader renews")
-
-    @model_validator(mode="after")
-    def _leader_stops_before_another_starts(self) -> Self:
-        self.config()  # raises naming the rule a combination breaks
-        return self
-
-    def config(self) -> LeaderElectionConfig:
-        return LeaderElectionConfig(self.lease_duration_s, self.renew_deadline_s, self.retry_period_s)
 
 
 class SchedulerSettings(ServiceSettings):
@@ -98,6 +77,17 @@ class SchedulerSettings(ServiceSettings):
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
     poll_s: float = Field(1.0, gt=0, description="the scheduling loop wakes at least this often")
     bind_timeout_s: float = Field(30.0, gt=0)
+    kube_connections: int = Field(
+        32,
+        ge=1,
+        description="connections kept open to the API server: the three watches, the lease and the "
+        "16 threads of API calls, with room (the client's own default is 5 per CPU)",
+    )
+    pipelined_binds: bool = Field(
+        True,
+        description="decide the next gangs while the binds of those decided are in flight (ADR 0026); "
+        "false: bind decided gangs together, then wait for them, before deciding more",
+    )
     cluster_sync_timeout_s: float = Field(30.0, gt=0, description="how long to wait for the first lists")
 
 

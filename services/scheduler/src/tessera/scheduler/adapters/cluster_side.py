@@ -1,4 +1,4 @@
-"""The cluster as the scheduler watches and changes it: a cache, the port and the job-pod maker.
+"""The cluster as the scheduler watches and changes it: a cache and the port it binds through.
 
 The watching is libs/cluster's :class:`ClusterCache` (reflectors over the `Cluster` port). The
 scheduler asks it for every pod, not only those waiting for it: pods of other schedulers hold
@@ -8,22 +8,13 @@ capacity, and a placed pod's final phase says whether its gang succeeded.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from tessera.cluster.cache import ClusterCache
 from tessera.cluster.port import Cluster, PodSelector, WatchEvent
-from tessera.contracts.jobs import JobSpec
 
 # Called with the kind of object that changed ("node", "pod" or "podgroup") and the event.
 WatchHandler = Callable[[str, WatchEvent[Any]], None]
-
-
-class JobPodMaker(Protocol):
-    """Creates a job's PodGroup and pods (:class:`~tessera.scheduler.adapters.kube.JobMaterializer`)."""
-
-    async def ensure(
-        self, job_id: str, spec: JobSpec, namespace: str, *, quorum: int, resume_from: str | None = None
-    ) -> None: ...
 
 
 def watch_everything(cluster: Cluster) -> ClusterCache:
@@ -32,8 +23,8 @@ def watch_everything(cluster: Cluster) -> ClusterCache:
 
 
 class ClusterSide:
-    """What the scheduler holds of a cluster: ``cache`` (watched), ``cluster`` (the port it binds
-    and evicts through) and ``materializer`` (creates the pods of admitted jobs).
+    """What the scheduler holds of a cluster: ``cache`` (watched) and ``cluster`` (the port it binds
+    and evicts through). The pods of admitted jobs come from their workloads' controllers.
 
     ``on_event``, when given, is subscribed at once; otherwise :meth:`subscribe` does it (the
     scheduling engine subscribes itself when it is handed a cluster side).
@@ -42,13 +33,11 @@ class ClusterSide:
     def __init__(
         self,
         cluster: Cluster,
-        materializer: JobPodMaker,
         on_event: WatchHandler | None = None,
         *,
         cache: ClusterCache | None = None,
     ) -> None:
         self.cluster = cluster
-        self.materializer = materializer
         self.cache = cache if cache is not None else watch_everything(cluster)
         if on_event is not None:
             self.subscribe(on_event)

@@ -1,4 +1,7 @@
-"""The scheduler's ports on the cluster: bind and evict through the `Cluster` port, create job pods.
+"""The scheduler's ports on the cluster: bind and evict through the `Cluster` port.
+
+The scheduler creates no pods: the workloads' controllers do (admission's Indexed Jobs, users' own
+Jobs, JobSets and Deployments), and the scheduler places and binds what they create.
 
 The gang scheduler runs its cycles on a thread of its own and binds synchronously (a bind failing
 halfway must be rolled back before the cycle goes on), so :class:`ClusterBinder` hands each call to
@@ -14,55 +17,16 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
-
-from tessera.cluster.conventions.names import (
-    CHECKPOINT_URI_ENV,
-    CHECKPOINTABLE_ANNOTATION,
-    GPU_MILLI_ANNOTATION,
-    GPU_MODELS_ANNOTATION,
-    GPU_RESOURCE,
-    JOB_ID_LABEL,
-    POD_GROUP_API_GROUP,
-    POD_GROUP_API_VERSION,
-    POD_GROUP_KIND,
-    POD_GROUP_LABEL,
-    POD_GROUP_PLURAL,
-    POD_GROUP_VERSION,
-    SCHEDULER_NAME,
-    SIM_CHECKPOINT_INTERVAL_ANNOTATION,
-    SIM_DURATION_ANNOTATION,
-    SIM_STATE_BYTES_ANNOTATION,
-    SIM_STEPS_PER_SECOND_ANNOTATION,
-    mig_resource_name,
-)
+from tessera.cluster.conventions.names import JOB_ID_LABEL
 from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
 from tessera.cluster.domain.requirements import PodRef
 from tessera.cluster.port import AlreadyBound, Cluster, ClusterError, NotFound
-from tessera.contracts.jobs import JobSpec, PodGroupSpec
 from tessera.scheduler.domain.plugins.reserve import BindError
 from tessera.scheduler.domain.snapshot import Allocation
-from tessera.scheduler.service_layer.gangs import job_group_name, job_pod_names
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "DEFAULT_SIM_STATE_BYTES",
-    "JOB_ID_LABEL",
-    "SIM_LABELS",
-    "ClusterBinder",
-    "InventoryBinder",
-    "JobMaterializer",
-    "pod_manifest",
-]
-
-SIM_LABELS = (SIM_STATE_BYTES_ANNOTATION, SIM_STEPS_PER_SECOND_ANNOTATION, SIM_CHECKPOINT_INTERVAL_ANNOTATION)
-"""Job labels that become pod annotations of the same name: the devcluster's simulated trainer reads
-them (a real cluster ignores them), so a job spec can size its simulation without a field of its own."""
-DEFAULT_SIM_STATE_BYTES = 2**20
-"""The simulated state of a checkpointable job that names none: 1 MiB, so a devcluster trainer saves
-in milliseconds (the trainer's own default is 4 MiB)."""
+__all__ = ["JOB_ID_LABEL", "ClusterBinder", "InventoryBinder"]
 
 
 @dataclass
@@ -176,105 +140,3 @@ class ClusterBinder:
         except TimeoutError:
             future.cancel()
             raise
-
-
-def pod_manifest(
-    name: str,
-    namespace: str,
-    group_name: str,
-    job_id: str,
-    spec: JobSpec,
-    group: PodGroupSpec,
-    resume_from: str | None = None,
-) -> dict[str, Any]:
-    """One pod of an admitted job. A checkpointable job's pods are annotated `tessera.io/checkpointable`
-    (with the `tessera.io/sim-*` knobs its labels give, and a small simulated state by default); every
-    container of a job that resumes gets `TESSERA_CHECKPOINT_URI`, the checkpoint to restore."""
-    requests: dict[str, str] = {"cpu": f"{group.cpu_milli}m", "memory": f"{group.memory_mib}Mi"}
-    limits: dict[str, str] = {}
-    annotations: dict[str, str] = {}
-    if spec.estimated_duration_s is not None:
-        annotations[SIM_DURATION_ANNOTATION] = str(spec.estimated_duration_s)
-    if spec.checkpointable:
-        annotations[CHECKPOINTABLE_ANNOTATION] = "true"
-        annotations[SIM_STATE_BYTES_ANNOTATION] = str(DEFAULT_SIM_STATE_BYTES)
-        annotations.update({key: spec.labels[key] for key in SIM_LABELS if key in spec.labels})
-    env = [{"name": CHECKPOINT_URI_ENV, "value": resume_from}] if resume_from else []
-    gpu = group.gpu
-    if gpu is not None:
-        if gpu.count is not None:
-            limits[GPU_RESOURCE] = str(gpu.count)
-        elif gpu.milli is not None:
-            limits[GPU_RESOURCE] = "1"
-            annotations[GPU_MILLI_ANNOTATION] = str(gpu.milli)
-        elif gpu.mig_profile is not None:
-            limits[mig_resource_name(gpu.mig_profile)] = "1"
-        if gpu.models:
-            annotations[GPU_MODELS_ANNOTATION] = "|".join(gpu.models)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {POD_GROUP_LABEL: group_name, JOB_ID_LABEL: job_id},
-            "annotations": annotations,
-        },
-        "spec": {
-            "schedulerName": SCHEDULER_NAME,
-            "restartPolicy": "Never",
-            "priority": spec.priority,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox",
-                    "resources": {"requests": requests, "limits": limits},
-                    **({"env": env} if env else {}),
-                }
-            ],
-        },
-    }
-
-
-class JobMaterializer:
-    """Creates an admitted job's PodGroup and pods on the cluster; creating what exists is a no-op."""
-
-    def __init__(self, api: k8s.ApiClient) -> None:
-        self._core: Any = k8s.CoreV1Api(api)
-        self._custom: Any = k8s.CustomObjectsApi(api)
-
-    async def ensure(
-        self, job_id: str, spec: JobSpec, namespace: str, *, quorum: int, resume_from: str | None = None
-    ) -> None:
-        """`resume_from`: the checkpoint the job resumes from (admission's `job_admitted`), if any."""
-        group_name = job_group_name(job_id, spec)
-        pod_group = {
-            "apiVersion": POD_GROUP_API_VERSION,
-            "kind": POD_GROUP_KIND,
-            "metadata": {"name": group_name, "namespace": namespace, "labels": {JOB_ID_LABEL: job_id}},
-            "spec": {"minMember": quorum},
-        }
-        await self._create(
-            self._custom.create_namespaced_custom_object,
-            POD_GROUP_API_GROUP,
-            POD_GROUP_VERSION,
-            namespace,
-            POD_GROUP_PLURAL,
-            pod_group,
-        )
-        groups = {group.name: group for group in spec.pod_groups}
-        for member in job_pod_names(job_id, spec, namespace):
-            body = pod_manifest(
-                member.name, namespace, group_name, job_id, spec, groups[member.group], resume_from
-            )
-            await self._create(self._core.create_namespaced_pod, namespace, body)
-
-    async def _create(self, method: Callable[..., Any], *args: Any) -> None:
-        def call() -> None:
-            try:
-                method(*args, _preload_content=False)
-            except ApiException as error:
-                if error.status != 409:  # already there: a retry after a crash or a requeue
-                    raise
-
-        await asyncio.to_thread(call)

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from tessera.contracts.events import NodeInventory, PreemptionRequested, ReadyForEviction
 from tessera.contracts.jobs import JobSpec
+from tessera.scheduler.adapters.deferred_writes import DeferredWrites
 from tessera.scheduler.adapters.orm import (
     decision_version,
     evictions_ready,
@@ -79,7 +80,12 @@ class SchedulerRepository(Protocol):
     # -- decisions: one at a time across replicas ------------------------------------------------
 
     async def lock_for_decision(self) -> None:
-        """Hold the scheduling lock until the transaction ends."""
+        """Hold the scheduling lock until the transaction ends. From then on, the cycle's writes to
+        placements and pending gangs are held back and sent together (see :meth:`flush`)."""
+        ...
+
+    async def flush(self) -> None:
+        """Send the writes held back; reads, other writes and the commit do it first themselves."""
         ...
 
     async def decision_version(self) -> int: ...
@@ -197,17 +203,30 @@ def at(seconds: float) -> datetime:
 
 
 class SqlSchedulerRepository:
+    """Every query of the scheduler. While a decision cycle holds the lock, its writes to
+    placements and pending gangs are deferred (:class:`DeferredWrites`): any other statement,
+    and the unit of work's commit, sends them first, so the transaction reads its own writes."""
+
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
+        self._deferred: DeferredWrites | None = None
+
+    async def flush(self) -> None:
+        if self._deferred:
+            await self._deferred.flush()
 
     async def lock_for_decision(self) -> None:
+        await self.flush()
         await self.session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEDULING_LOCK})
+        self._deferred = DeferredWrites(self.session)
 
     async def decision_version(self) -> int:
+        await self.flush()
         return int(await self.session.scalar(select(decision_version.c.version)) or 0)
 
     async def bump_decision_version(self) -> int:
         """Record that this cycle decided something; returns the new version."""
+        await self.flush()
         version = await self.session.scalar(
             update(decision_version)
             .where(decision_version.c.id == 1)
@@ -219,6 +238,7 @@ class SqlSchedulerRepository:
     # -- inventory -------------------------------------------------------------------------------
 
     async def replace_inventory(self, source: str, nodes: list[NodeInventory]) -> None:
+        await self.flush()
         names = [n.name for n in nodes]
         await self.session.execute(
             delete(inventory_nodes).where(
@@ -242,6 +262,7 @@ class SqlSchedulerRepository:
 
     async def mark_gpu_unhealthy(self, node: str, gpu_uuid: str) -> None:
         """Keep a GPU's fault in the stored inventory until the next report says otherwise."""
+        await self.flush()
         data = await self.session.scalar(
             select(inventory_nodes.c.data).where(inventory_nodes.c.name == node).with_for_update()
         )
@@ -261,10 +282,12 @@ class SqlSchedulerRepository:
 
     async def inventory_stamp(self) -> tuple[int, datetime | None]:
         """Changes whenever a node is added, removed or updated: (count, last update)."""
+        await self.flush()
         row = (await self.session.execute(select(func.count(), func.max(inventory_nodes.c.updated_at)))).one()
         return int(row[0]), row[1]
 
     async def inventory(self) -> list[NodeInventory]:
+        await self.flush()
         rows = (
             await self.session.execute(select(inventory_nodes.c.data).order_by(inventory_nodes.c.name))
         ).all()
@@ -283,25 +306,31 @@ class SqlSchedulerRepository:
         trace: Mapping[str, str] | None = None,
         resume_from: str | None = None,
     ) -> bool:
-        """Queue a gang unless it is known already; returns whether it was new."""
+        """Queue a gang unless it is known already; returns whether it was new.
+
+        In a decision cycle the insert is held back with the cycle's other writes and True is
+        returned: a cycle queues only the gangs it does not hold, and a known one stays as it was."""
+        row = {
+            "job_id": job_id,
+            "priority": priority if priority is not None else (spec.priority if spec else 0),
+            "spec": spec.model_dump(mode="json") if spec is not None else {},
+            "submitted_at": submitted_at,
+            "source": source,
+            "trace": dict(trace or {}),
+            "resume_from": resume_from,
+        }
+        if self._deferred is not None:
+            self._deferred.add_pending(row)
+            return True
+        await self.flush()
         result = await self.session.execute(
-            pg_insert(pending_gangs)
-            .values(
-                job_id=job_id,
-                priority=priority if priority is not None else (spec.priority if spec else 0),
-                spec=spec.model_dump(mode="json") if spec is not None else {},
-                submitted_at=submitted_at,
-                source=source,
-                trace=dict(trace or {}),
-                resume_from=resume_from,
-            )
-            .on_conflict_do_nothing()
-            .returning(pending_gangs.c.job_id)
+            pg_insert(pending_gangs).values(row).on_conflict_do_nothing().returning(pending_gangs.c.job_id)
         )
         return result.first() is not None
 
     async def pending(self, only: Iterable[str] | None = None) -> list[PendingGang]:
         """Pending gangs by priority then submit time; ``only`` restricts them to those ids."""
+        await self.flush()
         query = select(pending_gangs).order_by(
             pending_gangs.c.priority.desc(), pending_gangs.c.submitted_at, pending_gangs.c.job_id
         )
@@ -326,11 +355,23 @@ class SqlSchedulerRepository:
         ]
 
     async def pending_ids(self) -> set[str]:
+        await self.flush()
         return set((await self.session.scalars(select(pending_gangs.c.job_id))).all())
 
     async def record_requeued(
         self, job_id: str, attempts: int, reason_code: str, message: str, backoff_until: float
     ) -> None:
+        if self._deferred is not None:
+            self._deferred.requeue(
+                {
+                    "gang": job_id,
+                    "new_attempts": attempts,
+                    "new_reason_code": reason_code,
+                    "new_last_reason": message,
+                    "new_backoff_until": at(backoff_until),
+                }
+            )
+            return
         await self.session.execute(
             update(pending_gangs)
             .where(pending_gangs.c.job_id == job_id)
@@ -343,6 +384,9 @@ class SqlSchedulerRepository:
         )
 
     async def remove_pending(self, job_id: str) -> None:
+        if self._deferred is not None:
+            self._deferred.remove_pending(job_id)
+            return
         await self.session.execute(delete(pending_gangs).where(pending_gangs.c.job_id == job_id))
 
     # -- placements ------------------------------------------------------------------------------
@@ -360,11 +404,16 @@ class SqlSchedulerRepository:
             }
             for row in rows
         ]
+        if self._deferred is not None:
+            for value in values:
+                self._deferred.insert_placement(value)
+            return
         if values:
             stmt = pg_insert(placements).values(values)
             await self.session.execute(stmt.on_conflict_do_nothing())
 
     async def placements(self) -> list[PlacementRow]:
+        await self.flush()
         rows = (await self.session.execute(select(placements).order_by(placements.c.placed_at))).mappings()
         return [
             PlacementRow(
@@ -381,6 +430,7 @@ class SqlSchedulerRepository:
 
     async def recent_gpu_shapes(self, limit: int) -> list[PodShape]:
         """The shapes of the latest ``limit`` placements that hold GPU milli, newest first."""
+        await self.flush()
         rows = (
             await self.session.execute(
                 select(placements.c.gpus, placements.c.cpu_milli, placements.c.memory_mib)
@@ -396,21 +446,29 @@ class SqlSchedulerRepository:
         return [shape for shape in shapes if shape is not None]
 
     async def is_placed(self, job_id: str) -> bool:
+        await self.flush()
         found = await self.session.scalar(
             select(placements.c.pod).where(placements.c.job_id == job_id).limit(1)
         )
         return found is not None
 
     async def release_pod(self, pod: str) -> None:
+        if self._deferred is not None:
+            self._deferred.release_pod(pod)
+            return
         await self.session.execute(delete(placements).where(placements.c.pod == pod))
 
     async def release_job(self, job_id: str) -> None:
+        if self._deferred is not None:
+            self._deferred.release_job(job_id)
+            return
         await self.session.execute(delete(placements).where(placements.c.job_id == job_id))
 
     # -- preemptions -----------------------------------------------------------------------------
 
     async def add_preemption(self, request: PreemptionRequested) -> None:
         """Record a request; a repeat (say, now forced) replaces the earlier one."""
+        await self.flush()
         values = {
             "job_id": request.victim_job_id,
             "preemptor_job_id": request.preemptor_job_id,
@@ -431,6 +489,7 @@ class SqlSchedulerRepository:
         """The job left admission for good (finished, cancelled): whatever it holds goes at once.
 
         Kept with the preemptions (no preemptor); an earlier request for the job becomes forced."""
+        await self.flush()
         stmt = pg_insert(preemptions).values(
             job_id=job_id, preemptor_job_id="", reason=reason, deadline=at_time, forced=True
         )
@@ -439,6 +498,7 @@ class SqlSchedulerRepository:
         )
 
     async def mark_ready_for_eviction(self, event: ReadyForEviction) -> None:
+        await self.flush()
         values = {
             "job_id": event.job_id,
             "preemptor_job_id": event.preemptor_job_id or "",
@@ -457,6 +517,7 @@ class SqlSchedulerRepository:
     async def due_preemptions(self, now: float) -> list[Preemption]:
         """Victims to evict now: they cannot checkpoint, the request is forced, the checkpoint service
         let them go, or the deadline passed."""
+        await self.flush()
         ready = evictions_ready
         answered = and_(
             ready.c.job_id == preemptions.c.job_id, ready.c.preemptor_job_id == preemptions.c.preemptor_job_id
@@ -490,9 +551,11 @@ class SqlSchedulerRepository:
         ]
 
     async def next_preemption_deadline(self) -> float | None:
+        await self.flush()
         deadline = await self.session.scalar(select(func.min(preemptions.c.deadline)))
         return deadline.timestamp() if deadline is not None else None
 
     async def remove_preemption(self, job_id: str) -> None:
+        await self.flush()
         await self.session.execute(delete(preemptions).where(preemptions.c.job_id == job_id))
         await self.session.execute(delete(evictions_ready).where(evictions_ready.c.job_id == job_id))

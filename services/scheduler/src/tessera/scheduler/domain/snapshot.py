@@ -16,6 +16,8 @@ from enum import IntEnum
 from types import MappingProxyType
 from typing import Any
 
+from tessera.cluster.domain.node import Taint
+
 MILLI_PER_GPU = 1000
 RACK_LABEL = "topology.kubernetes.io/rack"
 
@@ -161,6 +163,8 @@ class NodeInfo:
     mig_used: Mapping[str, int] = field(default_factory=_empty_map)
     schedulable: bool = True
     pods: frozenset[str] = frozenset()
+    #: NoSchedule and NoExecute taints a pod must tolerate (PreferNoSchedule never blocks)
+    taints: tuple[Taint, ...] = ()
     gang_members: Mapping[str, int] = field(default_factory=_empty_map)
     # Derived once at construction: filters read them for every node of every cycle.
     gpu_milli_used: int = field(init=False, repr=False, compare=False)
@@ -256,6 +260,8 @@ class Snapshot:
     nodes: Mapping[str, NodeInfo]
     generation: int = 0
     _totals: list[ClusterTotals] = field(default_factory=list, init=False, repr=False, compare=False)
+    #: what plugins derive once per snapshot (the snapshot never changes, so neither do they)
+    memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, nodes: Iterable[NodeInfo], generation: int = 0) -> Snapshot:

@@ -23,8 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tessera.cluster.domain.requirements import PodPhase
 from tessera.cluster.port import WatchEvent
+from tessera.contracts.base import Message
 from tessera.contracts.events import DemandChanged, GangFinished, ReportJobOutcome
 from tessera.core.db.uow import UnitOfWork
+from tessera.core.observability.ratelimit import RateLimitedLog
 from tessera.core.observability.tracing import span_from_headers
 from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.repository import JOB, SchedulerRepository
@@ -41,7 +43,7 @@ from tessera.scheduler.service_layer.gangs import (
     pod_name,
     waiting_demand,
 )
-from tessera.scheduler.service_layer.outcomes import GangInfo, record_outcome
+from tessera.scheduler.service_layer.outcomes import GangInfo, publish_at_commit, record_outcome
 from tessera.scheduler.service_layer.preemption import preempt_due
 from tessera.scheduler.service_layer.rebuild import learn_typical_workload, rebuild
 from tessera.scheduler.service_layer.tracing import DecisionSpans
@@ -76,8 +78,11 @@ class SchedulingEngine:
         self._version = -1
         self.state: EngineState | None = None
         self.cycles = 0
+        self._published_at_commit = 0  # events this cycle queued for its commit
         self.deciding = False
         """Whether the loop runs (this replica leads); watch events are kept only meanwhile."""
+        self.failures = RateLimitedLog(log)
+        """A cycle failing every round (the database away) is logged once per interval."""
         if cluster is not None:
             self.attach(cluster)
 
@@ -117,9 +122,11 @@ class SchedulingEngine:
             while not stop.is_set():
                 try:
                     await self.cycle()
-                except Exception:
-                    log.exception(
-                        "scheduling cycle failed; state is rebuilt from the database and the cluster"
+                except Exception as exc:
+                    self.failures.error(
+                        f"cycle:{type(exc).__name__}",
+                        "scheduling cycle failed; state is rebuilt from the database and the cluster",
+                        exc_info=True,
                     )
                     self.state = None
                 await self._sleep(stop)
@@ -148,6 +155,7 @@ class SchedulingEngine:
     async def cycle(self) -> list[GangOutcome]:
         """One scheduling cycle; returns the gang scheduler's outcomes."""
         self.cycles += 1
+        self._published_at_commit = 0
         async with self._uow() as uow:
             repo = uow.repo
             await repo.lock_for_decision()
@@ -188,8 +196,6 @@ class SchedulingEngine:
                         state.assembly.scheduler.gpu_health_changed(node, index, False, now)
             await self._finish_ended(repo, uow, now)
             self._next_preemption = await preempt_due(repo, uow, state, self.cluster, self.settings, now)
-            if self.cluster is not None:
-                await self._materialize()
             loop = asyncio.get_running_loop()
             spans = DecisionSpans(state.gangs)  # each attempt's span, open until its outcome is recorded
             try:
@@ -201,18 +207,25 @@ class SchedulingEngine:
                         continue
                     span = spans.take(outcome)
                     await record_outcome(outcome, info, state.assembly.queue, repo, uow, state.uuids, span)
-                    if outcome.evicted and self.cluster is not None and info.source == JOB:
-                        state.to_materialize.add(outcome.gang)
             finally:
                 spans.close()
             await self._finish_ended(repo, uow, now)
             await self._report_running(uow)
             await self._announce_demand(uow)
-            decided = bool(uow.published) or any(o.kind is not OutcomeKind.WAITING for o in outcomes)
+            decided = (
+                bool(uow.published)
+                or self._published_at_commit > 0
+                or any(o.kind is not OutcomeKind.WAITING for o in outcomes)
+            )
             version = await repo.bump_decision_version() if decided else version
             await uow.commit()
             self._version = version
         return outcomes
+
+    def _publish(self, uow: UnitOfWork, message: Message) -> None:
+        """An event of this cycle, written to the outbox with the others at commit."""
+        publish_at_commit(uow, message)
+        self._published_at_commit += 1
 
     # -- steps -----------------------------------------------------------------------------------
 
@@ -245,7 +258,8 @@ class SchedulingEngine:
         state.workload_learnt_at = now
 
     async def _sync_pending(self, repo: SchedulerRepository, now: float) -> None:
-        """Gangs admitted since the last cycle join the queue (and, on a cluster, get their pods)."""
+        """Gangs admitted since the last cycle join the queue: on a cluster with the pods their
+        workloads created so far (more join as they come), in inventory mode as named members."""
         assert self.state is not None
         state = self.state
         new = await repo.pending_ids() - set(state.gangs)
@@ -254,21 +268,19 @@ class SchedulingEngine:
         for row in await repo.pending(only=new):
             if row.source != JOB or row.spec is None:
                 continue
-            spec = job_gang(
-                row.job_id,
-                row.spec,
-                self.settings.namespace,
-                row.submitted_at.timestamp(),
-                self.settings.gang.timeout_s,
+            submitted = row.submitted_at.timestamp()
+            info = GangInfo(
+                row.job_id, JOB, dict(row.trace), resume_from=row.resume_from, submitted_at=submitted
             )
-            groups = {m.key: m.group for m in job_pod_names(row.job_id, row.spec, self.settings.namespace)}
-            state.gangs[row.job_id] = GangInfo(
-                row.job_id, JOB, dict(row.trace), groups, resume_from=row.resume_from
-            )
+            state.gangs[row.job_id] = info
             state.specs[row.job_id] = row.spec
-            state.assembly.scheduler.submit(spec)
             if self.cluster is not None:
-                state.to_materialize.add(row.job_id)
+                WatchState(state, self.cluster, self.settings, now).refresh_job(row.job_id)
+                continue
+            namespace = self.settings.namespace
+            info.groups = {m.key: m.group for m in job_pod_names(row.job_id, row.spec, namespace)}
+            gang = job_gang(row.job_id, row.spec, namespace, submitted, self.settings.gang.timeout_s)
+            state.assembly.scheduler.submit(gang)
 
     async def _finish_ended(self, repo: SchedulerRepository, uow: UnitOfWork, now: float) -> None:
         """Gangs whose every placed pod ended: free them, tell admission, retry what waits."""
@@ -285,7 +297,7 @@ class SchedulingEngine:
             succeeded = all(phase == "Succeeded" for phase in info.placed.values())
             pods = {pod_name(pod): phase or "" for pod, phase in info.placed.items()}
             with span_from_headers("scheduler.gang_finished", info.trace, job_id=info.job_id):
-                await uow.publish(GangFinished(job_id=info.job_id, succeeded=succeeded, pods=pods))
+                self._publish(uow, GangFinished(job_id=info.job_id, succeeded=succeeded, pods=pods))
             del state.gangs[gang]
             state.specs.pop(gang, None)
             log.info("gang finished", extra={"job_id": info.job_id, "succeeded": succeeded})
@@ -304,10 +316,11 @@ class SchedulingEngine:
             if all(p is not None and p.phase is PodPhase.RUNNING for p in live):
                 info.running_reported = True
                 with span_from_headers("scheduler.gang_running", info.trace, job_id=info.job_id):
-                    await uow.publish(
+                    self._publish(
+                        uow,
                         ReportJobOutcome(
                             job_id=info.job_id, state="running", reason=f"all {len(live)} pods running"
-                        )
+                        ),
                     )
 
     async def _announce_demand(self, uow: UnitOfWork) -> None:
@@ -320,27 +333,5 @@ class SchedulingEngine:
             demand=waiting_demand(pod for gang in waiting for pod in registry.pending(gang)),
         )
         if event != self.state.last_demand and (waiting or self.state.last_demand is not None):
-            await uow.publish(event)
+            self._publish(uow, event)
             self.state.last_demand = event
-
-    async def _materialize(self) -> None:
-        """Create the pods of jobs on the cluster (new ones, and those evicted by a rollback)."""
-        assert self.cluster is not None
-        state = self.state
-        if state is None:
-            return
-        if state.to_materialize:
-            await state.port.settle()
-        for gang in sorted(state.to_materialize):
-            spec = state.specs.get(gang)
-            if spec is not None:
-                quorum = sum(group.quorum for group in spec.pod_groups)
-                info = state.gangs.get(gang)
-                await self.cluster.materializer.ensure(
-                    gang,
-                    spec,
-                    self.settings.namespace,
-                    quorum=quorum,
-                    resume_from=info.resume_from if info else None,
-                )
-            state.to_materialize.discard(gang)

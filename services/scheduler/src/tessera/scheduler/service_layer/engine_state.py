@@ -25,7 +25,6 @@ class EngineState:
     nodes: dict[str, NodeInfo]
     port: InventoryBinder | ClusterBinder
     recovered: list[GangOutcome] = field(default_factory=list)
-    to_materialize: set[str] = field(default_factory=set)
     native_submitted: dict[str, float] = field(default_factory=dict)
     last_demand: DemandChanged | None = None
     inventory_stamp: tuple[int, datetime | None] | None = None

@@ -1,8 +1,9 @@
 """Translations between the published language and the scheduling domain. Pure.
 
-An admitted job becomes one gang named by its ``job_id``: every replica of every pod group is a
-member, and the quorum is the sum of the groups' ``min_available``. Its pods are named
-``<namespace>/<job>-<id>-<group>-<i>`` so two jobs of the same name never share a pod.
+An admitted job becomes one gang named by its ``job_id``, its quorum the sum of the groups'
+``min_available``. On a cluster its members are the pods its workloads' controllers create,
+labelled with the job's id (:func:`job_members`); in inventory mode, where nothing runs, they are
+named ``<namespace>/<job>-<id>-<group>-<i>`` (:func:`job_pod_names`).
 """
 
 from __future__ import annotations
@@ -10,11 +11,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
+from tessera.cluster.cache import pod_key
+from tessera.cluster.conventions.names import JOB_ID_LABEL, JOB_POD_GROUP_LABEL, SCHEDULER_NAME
+from tessera.cluster.domain import Pod
 from tessera.contracts.events import GpuAssignment, GpuDemand, NodeInventory, PodPlacement
 from tessera.contracts.jobs import JobSpec, PodGroupSpec, TopologyPreference
+from tessera.scheduler.domain.framework.cluster_view import pod_spec
 from tessera.scheduler.domain.framework.pod import PodSpec, Policy
 from tessera.scheduler.domain.gang.spec import GangSpec
 from tessera.scheduler.domain.snapshot import MILLI_PER_GPU, Allocation, GpuInfo, NodeInfo, Topology
@@ -95,6 +100,42 @@ def job_gang(
     )
     quorum = sum(group.quorum for group in spec.pod_groups)
     return GangSpec(job_id, members, quorum, spec.priority, submitted_at, timeout_s)
+
+
+def job_members(pods: Iterable[Pod], job_id: str) -> list[Pod]:
+    """The live pods of a job for this scheduler: those its workloads created, labelled with its id,
+    that no scheduling gate holds (admission removes its gate when it admits a gated pod)."""
+    return sorted(
+        (
+            pod
+            for pod in pods
+            if pod.labels.get(JOB_ID_LABEL) == job_id
+            and pod.scheduler_name == SCHEDULER_NAME
+            and not pod.terminated
+            and not pod.deleting
+            and not pod.gated
+        ),
+        key=pod_key,
+    )
+
+
+def member_group(pod: Pod) -> str:
+    """The job spec's pod group a member belongs to (its label), else its pod-group label."""
+    return pod.labels.get(JOB_POD_GROUP_LABEL) or pod.pod_group or ""
+
+
+def job_gang_of_pods(
+    job_id: str, spec: JobSpec, members: Iterable[Pod], submitted_at: float, timeout_s: float | None
+) -> GangSpec:
+    """A job's gang from the pods seen so far (the quorum may exceed them: members still coming);
+    each member keeps what its pod requests, with the job's placement policies."""
+    node_policy, gpu_policy = policies(spec)
+    pods = tuple(
+        replace(pod_spec(pod, job_id), name=pod_key(pod), node_policy=node_policy, gpu_policy=gpu_policy)
+        for pod in members
+    )
+    quorum = sum(group.quorum for group in spec.pod_groups)
+    return GangSpec(job_id, pods, quorum, spec.priority, submitted_at, timeout_s)
 
 
 def inventory_node(node: NodeInventory) -> NodeInfo:

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
+from tessera.contracts.base import Message
 from tessera.contracts.events import GangPlaced, GangUnschedulable, PodsEvicted
 from tessera.core.db.uow import UnitOfWork
+from tessera.core.observability.tracing import current_trace_headers
 from tessera.scheduler.adapters.repository import PlacementRow, SchedulerRepository
 from tessera.scheduler.domain.gang.queue import GangQueue
 from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
@@ -19,6 +21,21 @@ from tessera.scheduler.service_layer.gangs import placement_of, pod_name
 from tessera.scheduler.service_layer.tracing import annotate_decision, decision_span
 
 log = logging.getLogger(__name__)
+
+
+class EventAtCommit:
+    """An event the unit of work writes to the outbox when it commits, in the trace that was current
+    when it was recorded (``trace_headers``). A cycle records one per gang decided; tracked by the
+    unit of work, they go into the outbox together, with one statement, not one each."""
+
+    def __init__(self, message: Message) -> None:
+        self.events: list[Message] = [message]
+        self.trace_headers = current_trace_headers()
+
+
+def publish_at_commit(uow: UnitOfWork, message: Message) -> None:
+    """Queue ``message`` for the outbox with the commit, in the current trace."""
+    uow.track(EventAtCommit(message))
 
 
 @dataclass
@@ -33,6 +50,7 @@ class GangInfo:
     announced: str = ""  # the last unschedulable message published
     running_reported: bool = False  # admission was told every pod runs
     resume_from: str | None = None  # the checkpoint its pods resume from (a job's gang)
+    submitted_at: float | None = None  # when the job was admitted (a job's gang: its place in line)
 
 
 def placement_rows(info: GangInfo, allocations: tuple[Allocation, ...]) -> list[PlacementRow]:
@@ -86,8 +104,8 @@ async def record_outcome(
                 info.placed.pop(key, None)
             pods = [pod_name(key) for key in keys]
             reason = outcome.reason.value if outcome.reason else "evicted"
-            await uow.publish(
-                PodsEvicted(job_id=info.job_id, pods=pods, reason=reason, message=outcome.message)
+            publish_at_commit(
+                uow, PodsEvicted(job_id=info.job_id, pods=pods, reason=reason, message=outcome.message)
             )
             span.set_attribute("evicted", len(pods))
         if outcome.kind is OutcomeKind.PLACED:
@@ -99,7 +117,7 @@ async def record_outcome(
             placements = [
                 placement_of(a, info.groups.get(a.pod, a.gang), uuids.get(a.node, {})) for a in outcome.bound
             ]
-            await uow.publish(GangPlaced(job_id=info.job_id, placements=placements))
+            publish_at_commit(uow, GangPlaced(job_id=info.job_id, placements=placements))
             log.info("gang placed", extra={"job_id": info.job_id, "pods": len(outcome.bound)})
             return
         entry = queue.entry(outcome.gang) if outcome.gang in queue else None
@@ -110,7 +128,9 @@ async def record_outcome(
             await repo.record_requeued(info.job_id, entry.attempts, reason, message, entry.backoff_until)
         if outcome.kind in (OutcomeKind.UNSCHEDULABLE, OutcomeKind.TIMED_OUT) and message != info.announced:
             rejected = rejected_nodes(outcome)
-            await uow.publish(GangUnschedulable(job_id=info.job_id, message=message, rejected_nodes=rejected))
+            publish_at_commit(
+                uow, GangUnschedulable(job_id=info.job_id, message=message, rejected_nodes=rejected)
+            )
             info.announced = message
         log.info(
             "gang not placed",

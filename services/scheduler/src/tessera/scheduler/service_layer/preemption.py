@@ -86,7 +86,6 @@ async def _evict(
     gang = request.job_id
     info = state.gangs.pop(gang, None)
     spec = state.specs.pop(gang, None)
-    state.to_materialize.discard(gang)
     scheduler, cache = state.assembly.scheduler, state.assembly.cache
     held = sorted(key for key, phase in (info.placed.items() if info else ()) if phase is None)
     for key in held:

@@ -39,7 +39,15 @@ from tessera.scheduler.domain.placement.observed_workload import typical_workloa
 from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
 from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
 from tessera.scheduler.service_layer.engine_state import EngineState
-from tessera.scheduler.service_layer.gangs import inventory_node, inventory_uuids, job_gang, job_pod_names
+from tessera.scheduler.service_layer.gangs import (
+    inventory_node,
+    inventory_uuids,
+    job_gang,
+    job_gang_of_pods,
+    job_members,
+    job_pod_names,
+    member_group,
+)
 from tessera.scheduler.service_layer.outcomes import GangInfo
 from tessera.scheduler.service_layer.steps import TimedSteps
 from tessera.scheduler.service_layer.tracing import TracedBinder
@@ -103,10 +111,6 @@ async def rebuild(
         )
         with steps("recover"):
             state.recovered = recover_gangs(state, pending.rows, bound, recorded, now)
-        if cluster is not None:
-            state.to_materialize.update(
-                gang for gang, info in state.gangs.items() if info.source == JOB and gang in state.specs
-            )
     steps.log(
         log,
         "scheduler state rebuilt",
@@ -143,23 +147,28 @@ async def read_nodes(
 async def read_pending_gangs(
     repo: SchedulerRepository, settings: SchedulerSettings, cluster: ClusterSide | None
 ) -> PendingGangs:
-    """Admitted jobs still waiting, and native gangs whose pods still wait (others are forgotten)."""
+    """Admitted jobs still waiting, and native gangs whose pods still wait (others are forgotten).
+    On a cluster a job's members are the pods its workloads created so far; a job none of whose pods
+    exist yet is known, and joins the queue when they come."""
     pending = PendingGangs(await repo.pending())
+    timeout = settings.gang.timeout_s
     for row in pending.rows:
         if row.source == JOB and row.spec is not None:
-            members = job_pod_names(row.job_id, row.spec, settings.namespace)
-            pending.gangs[row.job_id] = GangInfo(
-                row.job_id,
-                JOB,
-                dict(row.trace),
-                {m.key: m.group for m in members},
-                resume_from=row.resume_from,
-            )
-            pending.specs[row.job_id] = row.spec
             submitted = row.submitted_at.timestamp()
-            pending.known.append(
-                job_gang(row.job_id, row.spec, settings.namespace, submitted, settings.gang.timeout_s)
+            info = GangInfo(
+                row.job_id, JOB, dict(row.trace), resume_from=row.resume_from, submitted_at=submitted
             )
+            pending.gangs[row.job_id] = info
+            pending.specs[row.job_id] = row.spec
+            if cluster is None:
+                names = job_pod_names(row.job_id, row.spec, settings.namespace)
+                info.groups = {m.key: m.group for m in names}
+                pending.known.append(job_gang(row.job_id, row.spec, settings.namespace, submitted, timeout))
+                continue
+            members = job_members(cluster.cache.pods.store.values(), row.job_id)
+            info.groups = {pod_key(pod): member_group(pod) for pod in members}
+            if members:
+                pending.known.append(job_gang_of_pods(row.job_id, row.spec, members, submitted, timeout))
         elif row.source == PODGROUP and cluster is not None:
             found = native_of(cluster.cache.pods.store, cluster.cache.pod_groups.store, row.job_id)
             if found is None or not found[1]:
@@ -275,6 +284,7 @@ def assemble_scheduler(
         bound=bound,
         gangs_known=known,
         fragmentation=fragmentation,
+        pipeline=settings.pipelined_binds,
     )
 
 

@@ -2,7 +2,7 @@
 
 Each attempt at a gang is one ``scheduler.place_gang`` span, opened on the cycle's thread in the
 trace the job was admitted in, so that the ``scheduler.bind`` (and ``scheduler.evict``) span of
-every API call the attempt makes is its child. The span stays open until the outcome is recorded
+every API call the attempt makes is its child, binds made on the binding threads included. The span stays open until the outcome is recorded
 and published, and carries the decision: the chosen nodes, the score, and how many nodes the
 filters rejected and why. Outcomes decided outside an attempt (a Permit timeout, a lost node, a
 recovery after a restart) get their span when they are recorded.
@@ -10,9 +10,12 @@ recovery after a restart) get their span when they are recorded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import concurrent.futures
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span
@@ -33,6 +36,8 @@ class GangInfo(Protocol):
     @property
     def trace(self) -> Mapping[str, str]: ...
 
+
+T = TypeVar("T")
 
 DECISION_SPAN = "scheduler.place_gang"
 BIND_SPAN = "scheduler.bind"
@@ -56,25 +61,32 @@ def decision_span(gang: str, info: GangInfo | None) -> Iterator[Span]:
 
 class DecisionSpans:
     """Opens the span of each attempt the gang scheduler makes (``GangScheduler.run(around=...)``)
-    and keeps it open, keyed by the outcome, until :meth:`take` hands it to the recording."""
+    and keeps it open, keyed by the outcome, until :meth:`take` hands it to the recording. The
+    steps of one attempt (deciding, binding, finishing) run in the same span."""
 
     def __init__(self, gangs: Mapping[str, GangInfo]) -> None:
         self._gangs = gangs
         self._open: dict[int, tuple[GangOutcome, Span]] = {}
+        self._attempts: dict[str, Span] = {}  # attempts past their first step, not decided yet
 
-    def around(self, gang: str, attempt: Callable[[], GangOutcome]) -> GangOutcome:
-        info = self._gangs.get(gang)
-        parent = propagate.extract(dict(info.trace)) if info is not None else None
-        span = tracer().start_span(DECISION_SPAN, context=parent, attributes=_attributes(gang, info))
+    def around(self, gang: str, step: Callable[[], T]) -> T:
+        span = self._attempts.pop(gang, None)
+        if span is None:
+            info = self._gangs.get(gang)
+            parent = propagate.extract(dict(info.trace)) if info is not None else None
+            span = tracer().start_span(DECISION_SPAN, context=parent, attributes=_attributes(gang, info))
         try:
             with trace.use_span(span, end_on_exit=False):
-                outcome = attempt()
+                result = step()
         except BaseException:
             span.end()
             raise
-        annotate_decision(span, outcome)
-        self._open[id(outcome)] = (outcome, span)  # the outcome is kept too, so its id stays unique
-        return outcome
+        if isinstance(result, GangOutcome):
+            annotate_decision(span, result)
+            self._open[id(result)] = (result, span)  # the outcome is kept too, so its id stays unique
+        else:
+            self._attempts[gang] = span
+        return result
 
     def take(self, outcome: GangOutcome) -> Span | None:
         found = self._open.pop(id(outcome), None)
@@ -84,7 +96,10 @@ class DecisionSpans:
         """End the spans nobody took (a cycle that failed before recording them)."""
         for _, span in self._open.values():
             span.end()
+        for span in self._attempts.values():
+            span.end()
         self._open.clear()
+        self._attempts.clear()
 
 
 def annotate_decision(span: Span, outcome: GangOutcome) -> None:
@@ -135,12 +150,35 @@ def gpus_of(allocation: Allocation) -> str:
     )
 
 
+BIND_PARALLELISM = 16
+"""Gangs binding at once: as many as the Kubernetes adapter has threads for API calls."""
+
+
+@functools.cache
+def _binding_threads() -> ThreadPoolExecutor:
+    """One pool for the process, made on first use (a rebuild makes a new binder, not new threads)."""
+    return ThreadPoolExecutor(max_workers=BIND_PARALLELISM, thread_name_prefix="scheduler-bind")
+
+
 class TracedBinder:
     """The binding port with a span per call, a child of the decision span current on the thread;
-    a failed call ends its span in error with the exception recorded."""
+    a failed call ends its span in error with the exception recorded. Binds of many gangs run at
+    once on threads of their own (:meth:`start` one, or :meth:`run_all` together): each waits on
+    the API, not on the others nor on the decisions."""
 
     def __init__(self, port: BindingPort) -> None:
         self.port = port
+
+    def start(self, call: Callable[[], T]) -> Future[T]:
+        """Run ``call`` on a binding thread; returns at once (at most :data:`BIND_PARALLELISM` run)."""
+        return _binding_threads().submit(call)
+
+    def run_all(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+        """Run ``calls`` on the binding threads, up to :data:`BIND_PARALLELISM` at once; their
+        results in order (the first exception is raised once all have run)."""
+        futures = [_binding_threads().submit(call) for call in calls]
+        concurrent.futures.wait(futures)  # none is left running when one failed
+        return [future.result() for future in futures]
 
     def bind(self, allocation: Allocation) -> None:
         with tracer().start_as_current_span(BIND_SPAN, attributes=_call(allocation)):

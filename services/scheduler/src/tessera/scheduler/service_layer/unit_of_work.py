@@ -19,6 +19,11 @@ class SchedulerUnitOfWork(UnitOfWork):
         # `self.session` is this session, typed: naming its type here would bring SQLAlchemy along.
         self.repo = SqlSchedulerRepository(self.session)
 
+    async def commit(self) -> None:
+        """The repository's deferred writes go first, inside the transaction."""
+        await self.repo.flush()
+        await super().commit()
+
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once this unit has committed, never on a rollback: handlers wake the
         scheduling loop this way, so a cycle never starts before what woke it can be read."""

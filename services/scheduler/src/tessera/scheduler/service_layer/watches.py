@@ -1,8 +1,9 @@
 """Cluster changes into the scheduler: nodes, pods (new gang members, pods that ended) and PodGroups.
 
 Pods with ``schedulerName: tessera`` and the pod-group label, with their PodGroup, are gangs of
-their own ("native" gangs, named ``<namespace>/<group>``); the pods the scheduler created for
-admitted jobs carry the job-id label and are already known as the job's gang.
+their own ("native" gangs, named ``<namespace>/<group>``). The pods of admitted jobs carry the
+job-id label: their workloads' controllers create them, and each one that comes or goes resubmits
+its job's gang with the members seen so far (:meth:`WatchState.refresh_job`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tessera.cluster.domain import Node, Pod, PodGroup
 from tessera.cluster.port import EventType, WatchEvent
 from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL
-from tessera.scheduler.adapters.repository import PODGROUP, SchedulerRepository
+from tessera.scheduler.adapters.repository import JOB, PODGROUP, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.cache import CacheConflict, SchedulerCache
 from tessera.scheduler.domain.framework.cluster_view import gang_spec, node_info
@@ -29,19 +30,21 @@ from tessera.scheduler.domain.gang.scheduler import GangOutcome
 from tessera.scheduler.domain.gang.spec import GangSpec
 from tessera.scheduler.domain.snapshot import Allocation
 from tessera.scheduler.service_layer.engine_state import EngineState
+from tessera.scheduler.service_layer.gangs import job_gang_of_pods, job_members, member_group
 from tessera.scheduler.service_layer.outcomes import GangInfo
 
 FOREIGN = "foreign:"  # gang name prefix of pods other schedulers placed
 
 
 def _ours(pod: Pod) -> bool:
-    """A live pod for this scheduler that no admitted job owns (those are the job's gang)."""
+    """A live, ungated pod for this scheduler that no admitted job owns (those are the job's gang)."""
     return (
         pod.scheduler_name == SCHEDULER_NAME
         and not pod.terminated
         and not pod.deleting
         and JOB_ID_LABEL not in pod.labels
         and pod.problem is None
+        and not pod.gated
     )
 
 
@@ -158,6 +161,10 @@ class WatchState:
         if pod.bound and not ended and self.state.assembly.cache.allocation(key) is None:
             self.count_foreign(pod)
             return []
+        job_id = pod.labels.get(JOB_ID_LABEL)
+        if job_id and pod.scheduler_name == SCHEDULER_NAME and not pod.bound:
+            self.refresh_job(job_id)  # a member came, or one not yet placed went
+            return []
         if not pod.bound and _ours(pod):
             await self.refresh_native(repo, f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else key)
         return []
@@ -179,6 +186,20 @@ class WatchState:
         if info is not None:
             info.placed[key] = phase
         self.state.assembly.scheduler.notify(ClusterEvent.CAPACITY_FREED, self.now)
+
+    def refresh_job(self, job_id: str) -> None:
+        """(Re)submit an admitted job's gang with its live pods, if any of them waits for a node."""
+        state = self.state
+        info, spec = state.gangs.get(job_id), state.specs.get(job_id)
+        if info is None or info.source != JOB or spec is None:
+            return  # not admitted (yet, or any more): its pods wait for admission
+        members = job_members(self.cluster.cache.pods.store.values(), job_id)
+        if not any(not pod.bound for pod in members):
+            return
+        info.groups.update({pod_key(pod): member_group(pod) for pod in members})
+        submitted = info.submitted_at if info.submitted_at is not None else self.now
+        gang = job_gang_of_pods(job_id, spec, members, submitted, self.settings.gang.timeout_s)
+        state.assembly.scheduler.submit(gang)
 
     async def refresh_native(self, repo: SchedulerRepository, group_key: str) -> None:
         """(Re)submit a native gang from the PodGroup (or lone pod) and its pending pods."""

@@ -11,6 +11,7 @@ from types import MappingProxyType
 
 from tessera.cluster.domain import GpuRequestKind, Node, Pod, PodGroup
 from tessera.cluster.domain import Link as ClusterLink
+from tessera.cluster.domain.node import TaintEffect
 from tessera.scheduler.domain.framework.pod import MIG_RESOURCE_PREFIX, InvalidSpec, PodSpec
 from tessera.scheduler.domain.gang.spec import GangSpec
 from tessera.scheduler.domain.snapshot import GpuInfo, Link, NodeInfo, Topology
@@ -49,6 +50,7 @@ def node_info(node: Node) -> NodeInfo:
         labels=MappingProxyType(dict(node.labels)),
         mig_capacity=MappingProxyType(mig),
         schedulable=node.ready and not node.unschedulable,
+        taints=tuple(t for t in node.taints if t.effect is not TaintEffect.PREFER_NO_SCHEDULE),
     )
 
 
@@ -61,6 +63,9 @@ def pod_spec(pod: Pod, gang: str) -> PodSpec:
         "cpu_milli": pod.requirements.cpu_milli,
         "memory_mib": pod.requirements.memory_mib,
         "gpu_models": request.allowed_models,
+        "node_selector": tuple(sorted(pod.requirements.node_selector.items())),
+        "tolerations": pod.requirements.tolerations,
+        "node_affinity": pod.requirements.node_affinity,
     }
     if request.kind is GpuRequestKind.WHOLE:
         return PodSpec(gpu_count=request.count, **common)  # type: ignore[arg-type]

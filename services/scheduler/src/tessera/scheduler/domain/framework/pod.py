@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
+from tessera.cluster.domain.affinity import NodeSelectorTerm
+from tessera.cluster.domain.node import Toleration
 from tessera.scheduler.domain.snapshot import MILLI_PER_GPU
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -66,6 +68,12 @@ class PodSpec:
     mig: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     node_policy: Policy | None = None
     gpu_policy: Policy | None = None
+    #: the pod's ``nodeSelector``, sorted (key, value) pairs: a node must carry every one
+    node_selector: tuple[tuple[str, str], ...] = ()
+    #: the pod's tolerations: a node's NoSchedule and NoExecute taints must each be tolerated
+    tolerations: tuple[Toleration, ...] = ()
+    #: required node affinity: a node must match one of these nodeSelectorTerms (none: any node)
+    node_affinity: tuple[NodeSelectorTerm, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name:

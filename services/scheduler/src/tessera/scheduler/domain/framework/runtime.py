@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from tessera.scheduler.domain.framework.cycle_state import CycleState
 from tessera.scheduler.domain.framework.interfaces import (
     MAX_NODE_SCORE,
     BindPlugin,
     FilterPlugin,
+    NodeLocal,
     PermitPlugin,
     PreFilterPlugin,
+    PreScorePlugin,
     ReservePlugin,
     ScorePlugin,
+    SparseScorePlugin,
 )
 from tessera.scheduler.domain.framework.pod import PodSpec
 from tessera.scheduler.domain.framework.status import Code, Diagnosis, Reason, Status
+from tessera.scheduler.domain.framework.verdicts import DEFAULT_MAX_VERDICTS, NodeVerdict, VerdictCache
 from tessera.scheduler.domain.snapshot import NodeInfo, Snapshot
 
 
@@ -66,18 +71,69 @@ class ScheduleResult:
 
 
 class Framework:
-    def __init__(self, profile: Profile) -> None:
+    """Runs a profile. ``max_verdicts`` bounds the node-local verdicts kept across cycles (see
+    :mod:`.verdicts`); 0 keeps none, so every node is filtered and scored afresh for every pod."""
+
+    def __init__(self, profile: Profile, max_verdicts: int = DEFAULT_MAX_VERDICTS) -> None:
         self.profile = profile
+        self._verdicts = VerdictCache(max_verdicts) if max_verdicts else None
+        plugins = [*profile.filter, *(weighted.plugin for weighted in profile.score)]
+        # What each plugin implements, found once (a runtime protocol check is slow).
+        self._node_local = {id(plugin) for plugin in plugins if _node_local(plugin)}
+        self._pre_scores = {id(plugin) for plugin in plugins if isinstance(plugin, PreScorePlugin)}
+        self._sparse = {id(plugin) for plugin in plugins if isinstance(plugin, SparseScorePlugin)}
 
     # -- scheduling cycle ----------------------------------------------------------------------
 
     def schedule_pod(self, state: CycleState, pod: PodSpec, snapshot: Snapshot) -> ScheduleResult:
-        """PreFilter, Filter and Score over the snapshot; nothing is claimed yet (that is Reserve)."""
-        nodes = snapshot.list()
+        """PreFilter, Filter, PreScore and Score over the snapshot; nothing is claimed yet (that is Reserve)."""
         pre = self.run_pre_filter(state, pod, snapshot)
         if not pre.ok:
-            return ScheduleResult(None, Diagnosis.whole_pod(pre, len(nodes)))
+            return ScheduleResult(None, Diagnosis.whole_pod(pre, len(snapshot.nodes)))
         filters = self._active_filters(state)
+        scores = [w for w in self.profile.score if w.plugin.name not in state.skip_score]
+        if self._verdicts is None or not all(id(plugin) in self._node_local for plugin in filters):
+            return self._schedule_afresh(state, pod, snapshot, filters)
+        local = [w for w in scores if id(w.plugin) in self._node_local]
+        live = [w for w in scores if id(w.plugin) not in self._node_local]
+        verdicts = self._verdicts.for_shape(_shape(pod, state, local), len(snapshot.nodes))
+        keys = tuple(dict.fromkeys(key for plugin in filters for key in cast(NodeLocal, plugin).node_keys))
+        notes = [state.read(key) for key in keys]
+        feasible: list[NodeVerdict] = []
+        rejections: list[Status] = []
+        for name, node in snapshot.nodes.items():
+            verdict = verdicts.get(name)
+            if verdict is None or verdict.node is not node:
+                status = self._filter_node(filters, state, pod, node)
+                recorded = tuple((i, noted[name]) for i, noted in enumerate(notes) if name in noted)
+                verdict = verdicts[name] = NodeVerdict(node, None if status.ok else status, recorded)
+            elif verdict.notes:
+                for i, value in verdict.notes:
+                    notes[i][name] = value
+            if verdict.rejection is None:
+                feasible.append(verdict)
+            else:
+                rejections.append(verdict.rejection)
+        filtered = Diagnosis.of(rejections, len(snapshot.nodes))
+        if not feasible:
+            return ScheduleResult(None, filtered)
+        if len(feasible) == 1:
+            return ScheduleResult(feasible[0].node.name, feasible_nodes=1, filtered=filtered)
+        unscored = [verdict.node for verdict in feasible if verdict.score is None]
+        if unscored:
+            for name, total in self._score(state, pod, unscored, local).items():
+                verdicts[name].score = total
+        totals: dict[str, int] = {verdict.node.name: verdict.score or 0 for verdict in feasible}
+        nodes = [verdict.node for verdict in feasible]
+        if live:
+            for name, total in self._score(state, pod, nodes, live).items():
+                totals[name] += total
+        return self._best(nodes, totals, filtered)
+
+    def _schedule_afresh(
+        self, state: CycleState, pod: PodSpec, snapshot: Snapshot, filters: Sequence[FilterPlugin]
+    ) -> ScheduleResult:
+        nodes = snapshot.list()
         feasible: list[NodeInfo] = []
         rejections: list[Status] = []
         for node in nodes:
@@ -91,7 +147,10 @@ class Framework:
         filtered = Diagnosis.of(rejections, len(nodes))
         if len(feasible) == 1:
             return ScheduleResult(feasible[0].name, feasible_nodes=1, filtered=filtered)
-        totals = self.run_score(state, pod, feasible)
+        return self._best(feasible, self.run_score(state, pod, feasible), filtered)
+
+    @staticmethod
+    def _best(feasible: Sequence[NodeInfo], totals: dict[str, int], filtered: Diagnosis) -> ScheduleResult:
         # Ties go to the first node in snapshot order, so a decision is reproducible.
         best = max(feasible, key=lambda node: totals[node.name])
         return ScheduleResult(
@@ -126,16 +185,36 @@ class Framework:
         return Status.success()
 
     def run_score(self, state: CycleState, pod: PodSpec, nodes: Sequence[NodeInfo]) -> dict[str, int]:
+        scores = [w for w in self.profile.score if w.plugin.name not in state.skip_score]
+        return self._score(state, pod, nodes, scores)
+
+    def _score(
+        self, state: CycleState, pod: PodSpec, nodes: Sequence[NodeInfo], scores: Sequence[WeightedScore]
+    ) -> dict[str, int]:
+        """PreScore, then the weighted sum of the ``scores`` of each node."""
+        for weighted in scores:
+            if id(weighted.plugin) in self._pre_scores:
+                status = cast(PreScorePlugin, weighted.plugin).pre_score(state, pod, nodes)
+                if not status.ok:
+                    raise ValueError(f"plugin {weighted.plugin.name}: pre_score failed: {status.message()}")
         totals = {node.name: 0 for node in nodes}
-        for weighted in self.profile.score:
+        by_name: dict[str, NodeInfo] | None = None
+        named: Iterable[tuple[str, int]]
+        for weighted in scores:
             plugin = weighted.plugin
-            if plugin.name in state.skip_score:
-                continue
-            for node in nodes:
-                score = plugin.score(state, pod, node)
+            if id(plugin) in self._sparse:
+                by_name = by_name if by_name is not None else {node.name: node for node in nodes}
+                named = cast(SparseScorePlugin, plugin).sparse_score(state, pod, by_name).items()
+            else:
+                named = ((node.name, plugin.score(state, pod, node)) for node in nodes)
+            for name, score in named:
                 if not 0 <= score <= MAX_NODE_SCORE:
-                    raise ValueError(f"plugin {plugin.name}: score {score} for {node.name} is outside 0..100")
-                totals[node.name] += weighted.weight * score
+                    raise ValueError(f"plugin {plugin.name}: score {score} for {name} is outside 0..100")
+                if name not in totals:
+                    raise ValueError(
+                        f"plugin {plugin.name}: scored {name}, which is not among the nodes scored"
+                    )
+                totals[name] += weighted.weight * score
         return totals
 
     # -- reserve, permit, bind -----------------------------------------------------------------
@@ -177,3 +256,28 @@ class Framework:
 
 
 _NODE_UNSCHEDULABLE = Status.unresolvable(Reason.NODE_UNSCHEDULABLE)
+
+
+def _node_local(plugin: object) -> bool:
+    return isinstance(plugin, NodeLocal) and plugin.node_local
+
+
+def _shape(pod: PodSpec, state: CycleState, local: Sequence[WeightedScore]) -> Hashable:
+    """Everything a node-local plugin may read of the pod and the cycle: its shape, the plugins
+    taken out by PreFilter, and the revision of each node-local score."""
+    return (
+        pod.gpu_count,
+        pod.gpu_milli,
+        pod.cpu_milli,
+        pod.memory_mib,
+        pod.gpu_models,
+        tuple(sorted(pod.mig.items())),
+        pod.node_policy,
+        pod.gpu_policy,
+        pod.node_selector,
+        pod.tolerations,
+        pod.node_affinity,
+        frozenset(state.skip_filter),
+        frozenset(state.skip_score),
+        tuple((w.plugin.name, w.weight, cast(NodeLocal, w.plugin).revision) for w in local),
+    )

@@ -26,8 +26,12 @@ class Reason(StrEnum):
     """Why a node was rejected; the text reads in a diagnosis ("insufficient GPU on 12 nodes")."""
 
     NODE_UNSCHEDULABLE = "node unschedulable"
+    NODE_SELECTOR_MISMATCH = "node didn't match the pod's node selector"
+    NODE_AFFINITY_MISMATCH = "node didn't match the pod's node affinity"
+    UNTOLERATED_TAINT = "untolerated taint"
     INSUFFICIENT_GPU = "insufficient GPU"
     UNHEALTHY_GPU = "unhealthy GPU"
+    OVER_MPS_CLIENT_LIMIT = "GPU share over the node's MPS client limit"
     MODEL_NOT_ALLOWED = "model not allowed"
     INSUFFICIENT_MIG = "no free MIG device of the profile"
     INSUFFICIENT_CPU = "insufficient CPU"

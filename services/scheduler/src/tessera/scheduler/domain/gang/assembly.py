@@ -39,11 +39,14 @@ def assemble(
     bound: Iterable[Allocation] = (),
     gangs_known: Iterable[GangSpec] = (),
     fragmentation: FragmentationScore | None = None,
+    pipeline: bool = True,
 ) -> Assembly:
     """A scheduler over ``nodes``, binding through ``port``.
 
     After a restart, ``bound`` (the placements persisted or listed from the API) and ``gangs_known``
     (the gangs still live) rebuild the cache and the gang registry; nothing else is needed.
+    ``pipeline``: through a port that can start binds and return, the next gangs are decided while
+    the binds of those before are in flight (else decided gangs are bound together, then waited for).
     """
     bound = tuple(bound)
     cache = SchedulerCache.rebuild(nodes, bound)
@@ -52,4 +55,5 @@ def assemble(
     framework = Framework(
         build_profile(cache, registry, port, config, gangs=gangs, fragmentation=fragmentation)
     )
-    return Assembly(cache, registry, queue, framework, GangScheduler(framework, cache, registry, queue, port))
+    scheduler = GangScheduler(framework, cache, registry, queue, port, pipeline=pipeline)
+    return Assembly(cache, registry, queue, framework, scheduler)

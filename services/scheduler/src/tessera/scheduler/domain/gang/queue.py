@@ -45,6 +45,9 @@ _HINTS: dict[str, frozenset[ClusterEvent]] = {
     Reason.INSUFFICIENT_MEMORY: _CAPACITY,
     Reason.GANG_EXCEEDS_FREE_CAPACITY: _CAPACITY | {ClusterEvent.LAYOUT_CHANGED},
     Reason.UNHEALTHY_GPU: frozenset({ClusterEvent.NODE_CHANGED, ClusterEvent.NODE_ADDED}),
+    Reason.OVER_MPS_CLIENT_LIMIT: frozenset(
+        {ClusterEvent.LAYOUT_CHANGED, ClusterEvent.NODE_CHANGED, ClusterEvent.NODE_ADDED}
+    ),
     Reason.MODEL_NOT_ALLOWED: frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_CHANGED}),
     Reason.NODE_UNSCHEDULABLE: frozenset({ClusterEvent.NODE_CHANGED, ClusterEvent.NODE_ADDED}),
     Reason.INSUFFICIENT_MIG: frozenset(

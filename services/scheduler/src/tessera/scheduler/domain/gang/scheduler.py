@@ -6,15 +6,28 @@ that fits nowhere rejects the gang: every reservation is released at once and th
 with requeue hints. When Permit reports the quorum met, every waiting member is bound; if a bind
 fails halfway, the members already bound are evicted, every reservation is released and the gang
 goes to backoff. Members that wait past the gang's timeout are rejected together the same way.
+
+Binding waits on the API, deciding does not: as kube-scheduler binds in goroutines of their own,
+the gangs that reach quorum are decided one after another (each sees the reservations of those
+before it) and their binds go out while the next gangs are decided. Through a port that starts a
+call and returns at once (:class:`PipelinedRunner`), a gang's binds start as soon as it is decided
+and it is finished (placed, or rolled back) on the deciding thread once they are done, up to
+``bind_batch`` gangs in flight; through one that only runs calls together (:class:`ParallelRunner`),
+up to ``bind_batch`` decided gangs are bound together and waited for. Each gang's members still
+bind in order and stop at the first failure, and its outcome takes its place in the order the
+gangs were tried.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, TypeVar, runtime_checkable
 
 from tessera.scheduler.domain.cache import SchedulerCache
 from tessera.scheduler.domain.framework.cycle_state import CycleState
@@ -26,13 +39,39 @@ from tessera.scheduler.domain.gang.registry import GangRegistry
 from tessera.scheduler.domain.gang.spec import GangSpec
 from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
 
+T = TypeVar("T")
+
 
 class EvictionPort(Protocol):
     def evict(self, allocation: Allocation) -> None: ...
 
 
-# Runs one attempt (the callable) at a gang and returns its outcome.
-AttemptWrapper = Callable[[str, Callable[[], "GangOutcome"]], "GangOutcome"]
+@runtime_checkable
+class ParallelRunner(Protocol):
+    """A binding port that can have many gangs' binds in flight: it runs the calls, any number at
+    once, and returns their results in order."""
+
+    def run_all(self, calls: Sequence[Callable[[], T]]) -> list[T]: ...
+
+
+@runtime_checkable
+class PipelinedRunner(Protocol):
+    """A binding port that starts a call on a thread of its own and returns at once, so that the
+    gang scheduler decides the next gangs while the binds it started are in flight."""
+
+    def start(self, call: Callable[[], T]) -> Future[T]: ...
+
+
+class AttemptWrapper(Protocol):
+    """Runs one step of an attempt at a gang (deciding it, binding it, finishing it) and returns
+    what the step returns; the service opens the decision's span there. It may be called from
+    the runner's threads for the binding step."""
+
+    def __call__(self, gang: str, step: Callable[[], T]) -> T: ...
+
+
+DEFAULT_BIND_BATCH = 64
+"""Gangs in flight at once: decided and binding, not yet finished."""
 
 
 class OutcomeKind(StrEnum):
@@ -94,6 +133,18 @@ class _Waiting:
     members: dict[str, _Member] = field(default_factory=dict)
 
 
+@dataclass
+class _Ready:
+    """A gang that reached quorum and waits for its binds: its reserved members, and the failure of
+    the members beyond quorum that did not fit (they stay queued)."""
+
+    gang: str
+    waiting: _Waiting
+    failure: tuple[RequeueReason, Diagnosis] | None
+    bound: list[Allocation] = field(default_factory=list)
+    bind_failure: Status | None = None
+
+
 class GangScheduler:
     def __init__(
         self,
@@ -102,12 +153,21 @@ class GangScheduler:
         registry: GangRegistry,
         queue: GangQueue,
         evictor: EvictionPort,
+        bind_batch: int = DEFAULT_BIND_BATCH,
+        pipeline: bool = True,
     ) -> None:
+        if bind_batch < 1:
+            raise ValueError(f"bind_batch: must be >= 1, got {bind_batch}")
         self.framework = framework
         self.cache = cache
         self.registry = registry
         self.queue = queue
         self.evictor = evictor
+        self.bind_batch = bind_batch
+        self._runner: ParallelRunner | None = evictor if isinstance(evictor, ParallelRunner) else None
+        self._pipeline: PipelinedRunner | None = (
+            evictor if pipeline and isinstance(evictor, PipelinedRunner) else None
+        )
         self._waiting: dict[str, _Waiting] = {}
 
     # -- inputs --------------------------------------------------------------------------------
@@ -183,20 +243,82 @@ class GangScheduler:
     def run(
         self, now: float, max_attempts: int | None = None, around: AttemptWrapper | None = None
     ) -> list[GangOutcome]:
-        """Expire timed-out waits, then try active gangs in queue order until none is left.
+        """Expire timed-out waits, then try active gangs in queue order until none is left; every
+        bind started is finished before it returns.
 
-        ``around``, when given, runs each attempt: it is called with the gang and the attempt to
-        make, and returns its outcome (the service opens the decision's span there)."""
-        outcomes = self.expire(now)
+        ``around``, when given, runs each step of an attempt: it is called with the gang and the
+        step to take, and returns the step's result (the service opens the decision's span there)."""
+        step: AttemptWrapper = around if around is not None else _run_step
+        if self._pipeline is not None:
+            return self._run_pipelined(self._pipeline, now, max_attempts, step)
+        outcomes: list[GangOutcome | None] = list(self.expire(now))
+        ready: list[tuple[int, _Ready]] = []
         attempts = 0
         while max_attempts is None or attempts < max_attempts:
             entry = self.queue.pop(now)
             if entry is None:
                 break
-            attempt = functools.partial(self.attempt, entry.name, now)
-            outcomes.append(attempt() if around is None else around(entry.name, attempt))
+            decided = step(entry.name, functools.partial(self._decide, entry.name, now))
+            if isinstance(decided, _Ready):
+                ready.append((len(outcomes), decided))
+                outcomes.append(None)
+                if len(ready) >= self.bind_batch:
+                    self._bind(ready, outcomes, now, step)
+                    ready = []
+            else:
+                outcomes.append(decided)
             attempts += 1
-        return outcomes
+        self._bind(ready, outcomes, now, step)
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def _run_pipelined(
+        self, runner: PipelinedRunner, now: float, max_attempts: int | None, step: AttemptWrapper
+    ) -> list[GangOutcome]:
+        """:meth:`run` with each gang's binds started as soon as it is decided; a gang is finished
+        here, on the deciding thread, once its binds are done (the oldest first), so that a bind
+        failing part-way is rolled back exactly as when binding waited."""
+        outcomes: list[GangOutcome | None] = list(self.expire(now))
+        in_flight: deque[tuple[int, _Ready, Future[None]]] = deque()
+
+        def finish_oldest() -> None:
+            slot, ready, future = in_flight.popleft()
+            future.result()  # the bind step's own exception, if it raised one (a BindError does not)
+            outcomes[slot] = step(ready.gang, functools.partial(self._finish, ready, now))
+
+        attempts = 0
+        try:
+            while max_attempts is None or attempts < max_attempts:
+                while in_flight and in_flight[0][2].done():
+                    finish_oldest()
+                entry = self.queue.pop(now)
+                if entry is None:
+                    break
+                decided = step(entry.name, functools.partial(self._decide, entry.name, now))
+                if isinstance(decided, _Ready):
+                    if len(in_flight) >= self.bind_batch:
+                        finish_oldest()
+                    bind = functools.partial(
+                        step, decided.gang, functools.partial(self._bind_members, decided)
+                    )
+                    in_flight.append((len(outcomes), decided, runner.start(bind)))
+                    outcomes.append(None)
+                else:
+                    outcomes.append(decided)
+                attempts += 1
+            while in_flight:
+                finish_oldest()
+        except BaseException:
+            concurrent.futures.wait([future for _, _, future in in_flight])  # none is left running
+            raise
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def attempt(self, gang: str, now: float) -> GangOutcome:
+        """One attempt at ``gang``, bound at once if it reaches quorum."""
+        decided = self._decide(gang, now)
+        if not isinstance(decided, _Ready):
+            return decided
+        self._bind_members(decided)
+        return self._finish(decided, now)
 
     def expire(self, now: float) -> list[GangOutcome]:
         due = sorted(gang for gang, waiting in self._waiting.items() if waiting.deadline <= now)
@@ -217,7 +339,8 @@ class GangScheduler:
         """Gangs with members reserved and waiting for quorum, with their deadlines."""
         return {gang: waiting.deadline for gang, waiting in self._waiting.items() if waiting.members}
 
-    def attempt(self, gang: str, now: float) -> GangOutcome:
+    def _decide(self, gang: str, now: float) -> GangOutcome | _Ready:
+        """Reserve and permit the gang's pending members; a gang at quorum is ready to bind."""
         waiting = self._waiting.setdefault(gang, _Waiting())
         failure: tuple[RequeueReason, Diagnosis] | None = None
         failed_pod: str | None = None
@@ -249,13 +372,53 @@ class GangScheduler:
             return GangOutcome(
                 gang, OutcomeKind.WAITING, deadline=waiting.deadline, message=_waiting_message(self, gang)
             )
-        outcome = self._bind_waiting(gang, now)
-        if outcome.kind is OutcomeKind.PLACED:
-            if failure is None:
-                self.queue.remove(gang)
-            else:
-                # Quorum holds; the members beyond it that do not fit yet stay queued on their own hints.
-                self.queue.requeue(gang, failure[0], now, hints=hints_for(failure[1].reasons))
+        return _Ready(gang, self._waiting.pop(gang, _Waiting()), failure)
+
+    def _bind(
+        self,
+        ready: list[tuple[int, _Ready]],
+        outcomes: list[GangOutcome | None],
+        now: float,
+        step: AttemptWrapper,
+    ) -> None:
+        """Bind the ready gangs (each in its own step, all at once if the port can), then finish
+        each in its own step, its outcome in its place."""
+        calls = [functools.partial(step, r.gang, functools.partial(self._bind_members, r)) for _, r in ready]
+        if self._runner is not None and len(calls) > 1:
+            self._runner.run_all(calls)
+        else:
+            for call in calls:
+                call()
+        for slot, gang in ready:
+            outcomes[slot] = step(gang.gang, functools.partial(self._finish, gang, now))
+
+    def _bind_members(self, ready: _Ready) -> None:
+        """Bind the members in order, stopping at the first failure."""
+        for member in ready.waiting.members.values():
+            allocation = self.cache.allocation(member.pod.name)
+            status = self.framework.run_bind(member.state, member.pod, member.node)
+            if not status.ok or allocation is None:
+                ready.bind_failure = status if not status.ok else Status.error("reservation lost")
+                return
+            ready.bound.append(allocation)
+
+    def _finish(self, ready: _Ready, now: float) -> GangOutcome:
+        """Placed, or (a bind failed) broken: what was bound is evicted, every reservation released."""
+        gang, waiting = ready.gang, ready.waiting
+        for allocation in ready.bound:
+            self.registry.mark_bound(gang, allocation.pod)
+        if ready.bind_failure is not None:
+            self._waiting[gang] = waiting
+            return self._break(
+                gang, RequeueReason.BIND_FAILED, ready.bind_failure.message(), now, tuple(ready.bound)
+            )
+        decisions = tuple(member.decision for member in waiting.members.values())
+        outcome = GangOutcome(gang, OutcomeKind.PLACED, bound=tuple(ready.bound), decisions=decisions)
+        if ready.failure is None:
+            self.queue.remove(gang)
+        else:
+            # Quorum holds; the members beyond it that do not fit yet stay queued on their own hints.
+            self.queue.requeue(gang, ready.failure[0], now, hints=hints_for(ready.failure[1].reasons))
         return outcome
 
     # -- internals -----------------------------------------------------------------------------
@@ -273,20 +436,6 @@ class GangScheduler:
                         waiting.members.pop(allocation.pod, None)
             outcomes.append(self._break(gang, RequeueReason.NODE_LOST, message, now, gone_bound))
         return outcomes
-
-    def _bind_waiting(self, gang: str, now: float) -> GangOutcome:
-        waiting = self._waiting.pop(gang, _Waiting())
-        bound: list[Allocation] = []
-        for member in waiting.members.values():
-            allocation = self.cache.allocation(member.pod.name)
-            status = self.framework.run_bind(member.state, member.pod, member.node)
-            if not status.ok or allocation is None:
-                self._waiting[gang] = waiting
-                return self._break(gang, RequeueReason.BIND_FAILED, status.message(), now, tuple(bound))
-            self.registry.mark_bound(gang, member.pod.name)
-            bound.append(allocation)
-        decisions = tuple(member.decision for member in waiting.members.values())
-        return GangOutcome(gang, OutcomeKind.PLACED, bound=tuple(bound), decisions=decisions)
 
     def _break(
         self, gang: str, reason: RequeueReason, message: str, now: float, already_gone: Iterable[Allocation]
@@ -333,6 +482,12 @@ class GangScheduler:
 
 
 _TIMEOUT = Status.unschedulable(Reason.PERMIT_TIMEOUT)
+
+
+def _run_step(gang: str, step: Callable[[], T]) -> T:
+    return step()
+
+
 _NO_REJECTIONS: Mapping[str, int] = {}
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
+from tessera.cluster.conventions.names import GPU_REPLICAS_LABEL, GPU_SHARING_STRATEGY_LABEL
+from tessera.cluster.domain.affinity import affinity_matches
 from tessera.scheduler.domain.framework.cycle_state import CycleState, StateKey
 from tessera.scheduler.domain.framework.pod import PodSpec, Policy
 from tessera.scheduler.domain.framework.status import Code, Reason, Status
 from tessera.scheduler.domain.plugins.args import GpuFitArgs
 from tessera.scheduler.domain.plugins.gpu_choice import GpuSet, choose_gpus
-from tessera.scheduler.domain.snapshot import NodeInfo, Snapshot
+from tessera.scheduler.domain.plugins.mig_offer import mig_offer
+from tessera.scheduler.domain.snapshot import MILLI_PER_GPU, NodeInfo, Snapshot
 
 # GPU set chosen by GpuFit per feasible node; Score ranks it and Reserve claims it.
 GPU_CHOICE: StateKey[dict[str, GpuSet]] = StateKey("GpuFit/choice")
@@ -19,6 +23,9 @@ GPU_CHOICE: StateKey[dict[str, GpuSet]] = StateKey("GpuFit/choice")
 class NodeResourcesFit:
     """CPU and memory fit in what the node has left."""
 
+    node_local: ClassVar[bool] = True
+    node_keys: ClassVar[tuple[StateKey[dict[str, Any]], ...]] = ()
+    revision: ClassVar[int] = 0
     name: str = "NodeResourcesFit"
 
     def filter(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> Status:
@@ -33,6 +40,9 @@ class NodeResourcesFit:
 class GpuModelFilter:
     """The node has GPUs of a model the pod allows (``gpu_models`` empty allows any)."""
 
+    node_local: ClassVar[bool] = True
+    node_keys: ClassVar[tuple[StateKey[dict[str, Any]], ...]] = ()
+    revision: ClassVar[int] = 0
     name: str = "GpuModel"
 
     def pre_filter(self, state: CycleState, pod: PodSpec, snapshot: Snapshot) -> Status:
@@ -45,13 +55,50 @@ class GpuModelFilter:
 
 
 @dataclass(frozen=True)
+class NodeConstraints:
+    """The pod's ``nodeSelector``, required node affinity and tolerations, as kube-scheduler's
+    NodeAffinity and TaintToleration filters: every selector label on the node, one of the required
+    nodeSelectorTerms matched, every NoSchedule or NoExecute taint tolerated."""
+
+    node_local: ClassVar[bool] = True
+    node_keys: ClassVar[tuple[StateKey[dict[str, Any]], ...]] = ()
+    revision: ClassVar[int] = 0
+    name: str = "NodeConstraints"
+
+    def filter(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> Status:
+        for key, value in pod.node_selector:
+            if node.labels.get(key) != value:
+                return Status.unresolvable(Reason.NODE_SELECTOR_MISMATCH)
+        if not affinity_matches(pod.node_affinity, node.labels, node.name):
+            return Status.unresolvable(Reason.NODE_AFFINITY_MISMATCH)
+        for taint in node.taints:
+            if not any(t.tolerates(taint) for t in pod.tolerations):
+                return Status.unresolvable(f"{Reason.UNTOLERATED_TAINT} {taint.key}")
+        return Status.success()
+
+
+@dataclass(frozen=True)
 class MigResourceFilter:
     """Free MIG devices of each requested profile (``nvidia.com/mig-<profile>``) on the node."""
 
+    node_local: ClassVar[bool] = True
+    node_keys: ClassVar[tuple[StateKey[dict[str, Any]], ...]] = ()
+    revision: ClassVar[int] = 0
     name: str = "MigResources"
 
     def pre_filter(self, state: CycleState, pod: PodSpec, snapshot: Snapshot) -> Status:
-        return Status.success() if pod.mig else Status.skip()
+        """A profile that no GPU model of the cluster offers can never be placed, nor made by slicing:
+        say which profile and which models, once, instead of rejecting every node."""
+        if not pod.mig:
+            return Status.skip()
+        offer = mig_offer(snapshot)
+        for profile in pod.mig:
+            if offer.never(profile):
+                models = ", ".join(sorted(offer.models)) or "no GPU model known"
+                return Status.unresolvable(
+                    f"MIG profile {profile} is offered by no GPU model in the cluster ({models})"
+                )
+        return Status.success()
 
     def filter(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> Status:
         for profile, count in pod.mig.items():
@@ -68,6 +115,9 @@ class GpuFit:
     diagnosis tells a capacity shortage from a health problem.
     """
 
+    node_local: ClassVar[bool] = True
+    node_keys: ClassVar[tuple[StateKey[dict[str, Any]], ...]] = (GPU_CHOICE,)
+    revision: ClassVar[int] = 0
     args: GpuFitArgs = field(default_factory=GpuFitArgs)
     name: str = "GpuFit"
 
@@ -89,6 +139,9 @@ class GpuFit:
         return Status.success()
 
     def filter(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> Status:
+        limit = mps_client_milli(node)
+        if pod.gpu_count and limit is not None and pod.gpu_milli > limit:
+            return _OVER_MPS_CLIENT
         if not self._may_fit(pod, node):
             return self._rejection(pod, node)
         choice = choose_gpus(pod, node, self.policy(pod), self.args.exhaustive_limit)
@@ -110,7 +163,24 @@ class GpuFit:
 
 
 _INSUFFICIENT = Status(Code.UNSCHEDULABLE, (Reason.INSUFFICIENT_GPU,), "GpuFit")
+_OVER_MPS_CLIENT = Status(Code.UNSCHEDULABLE, (Reason.OVER_MPS_CLIENT_LIMIT,), "GpuFit")
 _UNHEALTHY = Status(Code.UNSCHEDULABLE, (Reason.UNHEALTHY_GPU,), "GpuFit")
+
+
+def mps_client_milli(node: NodeInfo) -> int | None:
+    """The share of a GPU each client gets on a node whose device plugin shares GPUs under MPS.
+
+    The device plugin advertises each GPU as ``nvidia.com/gpu.replicas`` clients and gives each an
+    equal part of the GPU's memory and SMs, enforced per client; so a pod whose share (or whole GPU)
+    is larger than that part cannot run there. None when the node does not share by MPS.
+    """
+    if node.labels.get(GPU_SHARING_STRATEGY_LABEL) != "mps":
+        return None
+    try:
+        replicas = int(node.labels.get(GPU_REPLICAS_LABEL, "1"))
+    except ValueError:
+        return None  # the cluster model refuses such a node before it gets here
+    return MILLI_PER_GPU // replicas if replicas > 1 else None
 
 
 def _fits_ignoring_health(pod: PodSpec, node: NodeInfo) -> bool:

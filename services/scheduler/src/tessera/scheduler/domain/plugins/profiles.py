@@ -25,6 +25,7 @@ from tessera.scheduler.domain.plugins.filters import (
     GpuFit,
     GpuModelFilter,
     MigResourceFilter,
+    NodeConstraints,
     NodeResourcesFit,
 )
 from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
@@ -93,7 +94,7 @@ def build_profile(
         score.append(WeightedScore(fragmentation, weights.Fragmentation))
     return Profile(
         pre_filter=pre_filter,
-        filter=[model, mig, NodeResourcesFit(), gpu_fit],
+        filter=[NodeConstraints(), model, mig, NodeResourcesFit(), gpu_fit],
         score=score,
         reserve=reserve,
         permit=permit,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from tessera.scheduler.domain.framework.cycle_state import CycleState, StateKey
 from tessera.scheduler.domain.framework.interfaces import MAX_NODE_SCORE
@@ -15,6 +17,8 @@ from tessera.scheduler.domain.snapshot import MILLI_PER_GPU, Link, NodeInfo, Sna
 
 # Racks that already hold members of the pod's gang, found once per cycle.
 GANG_RACKS: StateKey[frozenset[str]] = StateKey("GangLocality/racks")
+# Nodes that already hold members of the pod's gang, found with the racks.
+GANG_NODES: StateKey[frozenset[str]] = StateKey("GangLocality/nodes")
 
 LINK_SCORE: dict[Link, int] = {
     Link.NVLINK: 100,
@@ -31,6 +35,9 @@ class NodePolicyScore:
     Pods without GPUs are ranked by CPU share the same way.
     """
 
+    node_local: ClassVar[bool] = True
+    node_keys: ClassVar[tuple[StateKey[dict[str, Any]], ...]] = ()
+    revision: ClassVar[int] = 0
     args: NodePolicyArgs = field(default_factory=NodePolicyArgs)
     name: str = "NodePolicy"
 
@@ -52,6 +59,9 @@ class NodePolicyScore:
 class GpuTopologyScore:
     """How well the GPU set GpuFit chose on this node is wired: NVLink best, cross-NUMA worst."""
 
+    node_local: ClassVar[bool] = True
+    node_keys: ClassVar[tuple[StateKey[dict[str, Any]], ...]] = ()
+    revision: ClassVar[int] = 0
     name: str = "GpuTopology"
 
     def score(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> int:
@@ -71,13 +81,22 @@ class GangLocalityScore:
     name: str = "GangLocality"
 
     def pre_filter(self, state: CycleState, pod: PodSpec, snapshot: Snapshot) -> Status:
-        racks = {
-            node.rack
-            for node in snapshot.nodes.values()
-            if pod.gang in node.gang_members and node.rack is not None
-        }
-        state.write(GANG_RACKS, frozenset(racks))
+        holding = [node for node in snapshot.nodes.values() if pod.gang in node.gang_members]
+        state.write(GANG_NODES, frozenset(node.name for node in holding))
+        state.write(GANG_RACKS, frozenset(node.rack for node in holding if node.rack is not None))
         return Status.success()
+
+    def sparse_score(self, state: CycleState, pod: PodSpec, nodes: Mapping[str, NodeInfo]) -> dict[str, int]:
+        """:meth:`score` of the ``nodes`` that score above 0: those holding members, those in their racks."""
+        if pod.node_policy is Policy.SPREAD:
+            return {}
+        scores = {name: self.args.same_node_score for name in state.read(GANG_NODES) if name in nodes}
+        racks = state.read(GANG_RACKS)
+        if racks:
+            for name, node in nodes.items():
+                if name not in scores and node.rack in racks:
+                    scores[name] = self.args.same_rack_score
+        return {name: score for name, score in scores.items() if score}
 
     def score(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> int:
         if pod.node_policy is Policy.SPREAD:

@@ -35,15 +35,18 @@ INVENTORY = InventoryChanged(
 )
 
 
-def test_slicing_listens_to_every_scheduler_event_and_to_the_inventory() -> None:
+def test_slicing_listens_to_the_scheduler_inventory_idle_gpus_forecasts_and_released_jobs() -> None:
     assert [(c.name, c.stream_owner, c.filter_subject) for c in bootstrap.consumers()] == [
         ("slicing-scheduler-events", "scheduler", "tessera.scheduler.evt.>"),
         ("slicing-inventory", "telemetry", subjects.INVENTORY_CHANGED),
+        ("slicing-gpu-idle", "telemetry", subjects.GPU_IDLE),
+        ("slicing-forecasts", "forecaster", subjects.FORECAST_UPDATED),
+        ("slicing-ready-for-eviction", "checkpoint", subjects.READY_FOR_EVICTION),
     ]
 
 
 async def test_each_consumer_records_what_it_receives_in_order() -> None:
-    scheduler_events, inventory = bootstrap.consumers()
+    scheduler_events, inventory, *_ = bootstrap.consumers()
     uow = FakeSlicingUnitOfWork()
     arrivals: list[tuple[Message, ConsumerSpec[SlicingUnitOfWork]]] = [
         (DEMAND, scheduler_events),
@@ -65,5 +68,6 @@ async def test_each_consumer_records_what_it_receives_in_order() -> None:
 
 def test_observed_events_are_kept_a_week_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TESSERA_SLICING_OBSERVED_RETENTION_H", raising=False)
-    definition = bootstrap.build(SlicingSettings())
+    definition = bootstrap.build(SlicingSettings(kubeconfig=None))
     assert definition.retention == [RetentionRule(orm.observed_events, "received_at", 7 * 24 * 3600)]
+    assert definition.background == []  # without a cluster, demand is only recorded

@@ -1,0 +1,199 @@
+"""Driving operations on real Postgres over a cluster given as values (it records what slicing asks of
+it): a GPU found held before anything is written rolls the operation back and uncordons the node; a
+node someone else had cordoned stays cordoned after success; a node that never advertises the change
+fails the attempt at the verify deadline."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
+from tessera.cluster.domain.gpu import Gpu
+from tessera.cluster.domain.node import MigConfigState, Node
+from tessera.cluster.domain.requirements import GpuRequest, GpuRequestKind, Pod, PodRequirements
+from tessera.contracts.slicing import ReconfigFailed, Reconfigured
+from tessera.core.db.engine import async_url, make_session_factory
+from tessera.core.db.migrations import migrate
+from tessera.slicing.adapters import orm
+from tessera.slicing.domain.operation import (
+    ChangeKind,
+    GpuTarget,
+    NodeChange,
+    Operation,
+    OpState,
+    RetryPolicy,
+)
+from tessera.slicing.service_layer.operating import Operator, step
+from tessera.slicing.service_layer.unit_of_work import SlicingUnitOfWork
+
+pytestmark = pytest.mark.integration
+T0 = datetime(2026, 11, 23, 6, 0, tzinfo=UTC)
+POLICY = RetryPolicy(max_attempts=2, backoff=timedelta(seconds=1), verify_timeout=timedelta(seconds=10))
+
+
+@dataclass
+class RecordingCluster:
+    node_value: Node
+    pods: list[Pod] = field(default_factory=list)
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+
+    async def nodes(self) -> list[Node]:
+        return [self.node_value]
+
+    async def node(self, name: str) -> Node:
+        return self.node_value
+
+    async def bound_pods(self) -> list[Pod]:
+        return list(self.pods)
+
+    async def pods_on(self, node: str) -> list[Pod]:
+        return list(self.pods)
+
+    async def cordon(self, node: str, unschedulable: bool) -> None:
+        self.calls.append(("cordon", node, str(unschedulable)))
+        self.node_value = replace(self.node_value, unschedulable=unschedulable)
+
+    async def write_mig_config(self, node: str, config: str, body: str) -> None:
+        self.calls.append(("write_mig_config", node, config))
+        self.node_value = replace(self.node_value, mig_config=config, mig_config_state=MigConfigState.PENDING)
+
+    async def write_sharing_config(self, node: str, config: str, body: str) -> None:
+        self.calls.append(("write_sharing_config", node, config))
+
+    async def forget_configs(self, mig: bool, configs: list[str]) -> None:
+        self.calls.append(("forget_configs", *configs))
+
+    async def report_failure(self, node: str, operation_id: str, reason: str) -> None:
+        self.calls.append(("report_failure", node, reason))
+
+    async def clear_failure(self, node: str) -> None:
+        self.calls.append(("clear_failure", node))
+
+
+@pytest.fixture
+async def engine(fresh_database: str) -> AsyncIterator[AsyncEngine]:
+    await asyncio.to_thread(migrate, "slicing", fresh_database)
+    engine = create_async_engine(async_url(fresh_database))
+    yield engine
+    await engine.dispose()
+
+
+def a_node(unschedulable: bool = False) -> Node:
+    gpus = (Gpu(0, "GPU-0", "A100-80GB", 81920),)
+    return Node(
+        "a100-0",
+        64_000,
+        512_000,
+        gpus,
+        unschedulable=unschedulable,
+        extended_allocatable={"nvidia.com/gpu": 1},
+    )
+
+
+CHANGE = NodeChange(
+    "a100-0",
+    ChangeKind.MIG,
+    "tessera-abc",
+    "- devices: [0]\n  mig-enabled: true\n  mig-devices: {7g.80gb: 1}\n",
+    (GpuTarget(0, "GPU-0", "mig", ("7g.80gb",)),),
+    {"nvidia.com/gpu": 0, "nvidia.com/mig-7g.80gb": 1},
+)
+
+
+async def drive(engine: AsyncEngine, cluster: RecordingCluster, clock: list[datetime]) -> Operator:
+    """An operator over `cluster` whose time is `clock[0]`, with operation op-1 planned for CHANGE."""
+    sessions = make_session_factory(engine)
+
+    def uow() -> SlicingUnitOfWork:
+        return SlicingUnitOfWork(sessions, orm.outbox, orm.inbox, "tessera/slicing")
+
+    operator = Operator(cluster, uow, "me", POLICY, timedelta(seconds=30), lambda: clock[0])  # type: ignore[arg-type]
+    async with uow() as unit:
+        assert await unit.operations.add(Operation.plan("op-1", CHANGE, clock[0]))
+        await unit.commit()
+    return operator
+
+
+async def state_of(operator: Operator) -> OpState:
+    async with operator.uow() as unit:
+        op = await unit.operations.get("op-1")
+        assert op is not None
+        return op.state
+
+
+async def outbox_types(engine: AsyncEngine) -> list[str]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(select(orm.outbox.c.headers).order_by(orm.outbox.c.seq))
+        return [row.headers["ce-type"] for row in rows]
+
+
+async def test_a_gpu_found_held_before_the_write_rolls_back_and_uncordons(engine: AsyncEngine) -> None:
+    cluster = RecordingCluster(a_node())
+    clock = [T0]
+    operator = await drive(engine, cluster, clock)
+    assert await step(operator, "op-1")  # cordoned
+    cluster.pods = [
+        Pod(
+            "default",
+            "late",
+            PodRequirements(gpu=GpuRequest(GpuRequestKind.WHOLE, count=1, milli=1000)),
+            node_name="a100-0",
+            assignment=DeviceAssignment("a100-0", (GpuShare("GPU-0"),)),
+        )
+    ]
+    assert await step(operator, "op-1")
+    assert await state_of(operator) is OpState.ROLLED_BACK
+    assert cluster.calls == [("cordon", "a100-0", "True"), ("cordon", "a100-0", "False"), ("forget_configs",)]
+    assert not cluster.node_value.unschedulable
+    assert (await outbox_types(engine))[-1] == ReconfigFailed.TYPE
+
+
+async def test_a_node_someone_else_cordoned_stays_cordoned_after_success(engine: AsyncEngine) -> None:
+    cluster = RecordingCluster(a_node(unschedulable=True))
+    clock = [T0]
+    operator = await drive(engine, cluster, clock)
+    while await step(operator, "op-1"):
+        pass
+    assert await state_of(operator) is OpState.APPLYING  # waiting for the MIG manager
+    cluster.node_value = replace(
+        cluster.node_value,
+        mig_config_state=MigConfigState.SUCCESS,
+        extended_allocatable={"nvidia.com/gpu": 0, "nvidia.com/mig-7g.80gb": 1},
+    )
+    while await step(operator, "op-1"):
+        pass
+    assert await state_of(operator) is OpState.SUCCEEDED
+    assert not any(call[0] == "cordon" for call in cluster.calls)  # neither cordoned nor uncordoned
+    assert cluster.node_value.unschedulable
+    assert (await outbox_types(engine))[-1] == Reconfigured.TYPE
+
+
+async def test_a_node_that_never_advertises_the_change_fails_the_attempt_at_the_deadline(
+    engine: AsyncEngine,
+) -> None:
+    cluster = RecordingCluster(a_node())
+    clock = [T0]
+    operator = await drive(engine, cluster, clock)
+    while await step(operator, "op-1"):
+        pass
+    cluster.node_value = replace(
+        cluster.node_value, mig_config_state=MigConfigState.SUCCESS
+    )  # but no resources
+    while await step(operator, "op-1"):
+        pass
+    assert await state_of(operator) is OpState.VERIFYING
+    clock[0] = T0 + timedelta(seconds=11)
+    assert await step(operator, "op-1")
+    async with operator.uow() as unit:
+        op = await unit.operations.get("op-1")
+        assert op is not None and op.state is OpState.APPLYING and op.retry_at is not None
+        assert "advertises nvidia.com/gpu=1, not nvidia.com/gpu=0, nvidia.com/mig-7g.80gb=1" in (
+            op.reason or ""
+        )

@@ -1,29 +1,39 @@
 """The KEDA external scaler over real gRPC, called by a client built from KEDA's externalscaler.proto as
-KEDA calls it, and the external metrics API, both on in-memory repositories."""
+KEDA calls it, and the external metrics API (over plain HTTP and over TLS), on in-memory repositories."""
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from tessera.core import https
+from tessera.core.embedded import free_port
+from tessera.core.https import CertificateError
 from tessera.forecaster.adapters.externalscaler import externalscaler_pb2 as pb
 from tessera.forecaster.adapters.externalscaler import externalscaler_pb2_grpc as pb_grpc
+from tessera.forecaster.config import MetricsTlsSettings
 from tessera.forecaster.domain.forecast import Forecast
 from tessera.forecaster.domain.model import LatestForecast, Series
 from tessera.forecaster.domain.series import SeriesKey
 from tessera.forecaster.entrypoints.api import router
+from tessera.forecaster.entrypoints.metrics_server import check_certificate, metrics_app, metrics_tls_server
 from tessera.forecaster.entrypoints.scaler import start_scaler
 from tessera.forecaster.service_layer.dependencies import ForecasterDeps
 from tessera.forecaster.service_layer.engine import EngineConfig
 from tessera.forecaster.service_layer.unit_of_work import ForecasterUnitOfWork
 from tessera.testing.fakes import FakeUnitOfWork
+from tessera.testing.pki import make_pki
+from tessera.testing.services import eventually
 
 NOW = datetime(2026, 11, 25, 5, 0, 30, tzinfo=UTC)
 ORIGIN = NOW.replace(second=0) - timedelta(minutes=1)
@@ -153,3 +163,59 @@ def test_the_external_metrics_api_serves_an_external_metric_value_list(deps: For
     assert item["metricLabels"]["tessera.io/source"] == "forecast"
     missing = client.get("/apis/external.metrics.k8s.io/v1beta1/namespaces/serving/nothing")
     assert missing.status_code == 404
+
+
+async def test_the_external_metrics_api_is_served_over_tls_to_a_client_that_trusts_its_ca(
+    deps: ForecasterDeps, tmp_path: Path
+) -> None:
+    """A real TLS handshake, as the aggregation layer makes it with the APIService's caBundle: the
+    metrics routes answer on the HTTPS port, a client trusting another CA is refused, the forecaster's
+    own routes are not served there, and a renewed certificate is served without a restart."""
+    pki, other = make_pki(tmp_path / "pki", "forecaster-ca"), make_pki(tmp_path / "other", "other-ca")
+    tls = MetricsTlsSettings(port=free_port(), cert_file=pki.cert, key_file=pki.key)
+    check_certificate(tls)
+    server = metrics_tls_server(metrics_app(deps), "127.0.0.1", tls)
+    reloader = https.reloader_of(server, tls.cert_file, tls.key_file)
+    task = asyncio.create_task(server.serve())
+    base = f"https://127.0.0.1:{tls.port}"
+    url = f"{base}/apis/external.metrics.k8s.io/v1beta1/namespaces/serving/requests_per_s"
+
+    async def get(ca: Path, target: str = url) -> httpx.Response | None:
+        async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(ca))) as client:
+            try:
+                return await client.get(target, params={"labelSelector": "app=chat,window=120"})
+            except httpx.ConnectError as error:
+                assert "CERTIFICATE_VERIFY_FAILED" in str(error)
+                return None
+
+    async def started() -> bool:
+        return server.started
+
+    try:
+        await eventually(started, what="the external metrics API serving HTTPS")
+        reply = await get(pki.ca)
+        assert reply is not None and reply.status_code == 200
+        (item,) = reply.json()["items"]
+        assert item["value"] == "8500m" and item["metricLabels"]["tessera.io/source"] == "forecast"
+        assert await get(other.ca) is None
+        own = await get(pki.ca, f"{base}/v1/series")
+        assert own is not None and own.status_code == 404
+        tls.cert_file.write_bytes(other.cert.read_bytes())  # type: ignore[union-attr]
+        tls.key_file.write_bytes(other.key.read_bytes())  # type: ignore[union-attr]
+        assert reloader.reload_if_changed() is True
+        renewed = await get(other.ca)
+        assert renewed is not None and renewed.status_code == 200
+        assert await get(pki.ca) is None
+    finally:
+        server.should_exit = True
+        await task
+
+
+def test_a_certificate_that_does_not_load_names_the_setting(tmp_path: Path) -> None:
+    (tmp_path / "tls.crt").write_text("not a certificate\n")
+    (tmp_path / "tls.key").write_text("not a key\n")
+    bad = MetricsTlsSettings(cert_file=tmp_path / "tls.crt", key_file=tmp_path / "tls.key")
+    with pytest.raises(CertificateError, match=r"metrics_tls.cert_file .*tls.crt / metrics_tls.key_file"):
+        check_certificate(bad)
+    with pytest.raises(ValueError, match=r"metrics_tls\.key_file is required"):
+        MetricsTlsSettings(cert_file=tmp_path / "tls.crt")

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tessera.forecaster.adapters.models import LaggedRegression, SeasonalNaive, default_candidates
-from tessera.forecaster.domain.selection import BacktestPlan, Fitted, backtest
+from tessera.forecaster.domain.selection import MEAN, BacktestPlan, Fitted, MeanOf, backtest
 
 
 @dataclass
@@ -86,3 +86,36 @@ def test_on_a_linear_autoregression_the_lagged_regression_beats_the_last_value()
     assert linear is not None and naive is not None
     assert selection.chosen == "linear"
     assert linear.wape < naive.wape / 5
+
+
+def test_the_combination_is_scored_from_its_members_backtests_and_chosen_when_asked() -> None:
+    # one forecasts 1 too high, the other 1 too low: their mean is exact
+    candidates = [Offset("high", SERIES, 1.0), Offset("low", SERIES, -1.0), Offset("broken", SERIES, 0, True)]
+    selection = backtest(SERIES, candidates, PLAN, combine=True)
+    assert selection.chosen == MEAN
+    assert selection.passed == ("high", "low")
+    mean = selection.score(MEAN)
+    assert mean is not None and mean.mae < 1e-9 and mean.ok
+    assert backtest(SERIES, candidates, PLAN).chosen == "high"  # without: the first of the tied best
+
+
+def test_the_combination_forecasts_the_mean_of_the_members_that_fit() -> None:
+    combined = MeanOf(
+        (Offset("high", SERIES, 1.0), Offset("low", SERIES, -3.0), Offset("x", SERIES, 0, True))
+    )
+    fitted = combined.fit(SERIES[:100], 3)
+    assert fitted.predict(SERIES[:100], 3) == [SERIES[100 + h] - 1.0 for h in range(3)]
+    only_broken = MeanOf((Offset("x", SERIES, 0, True),))
+    try:
+        only_broken.fit(SERIES[:100], 3)
+    except ValueError as exc:
+        assert "no member" in str(exc)
+    else:
+        raise AssertionError("a combination with no member that fits must fail")
+
+
+def test_a_single_scored_candidate_is_chosen_alone_even_when_combining() -> None:
+    selection = backtest(
+        SERIES, [Offset("ok", SERIES, 0.5), Offset("x", SERIES, 0, True)], PLAN, combine=True
+    )
+    assert selection.chosen == "ok" and selection.score(MEAN) is None

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import nats
 import pytest
+from prometheus_client import generate_latest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -194,13 +195,26 @@ async def test_a_held_idle_gpu_is_reported_and_rollups_are_kept(
                 f"{devcluster.url}/api/v1/namespaces/default/pods", json=pod(name, "gpu-node-0", profile)
             )
             assert created.status_code == 201, created.text
-    async with running(bootstrap.build(settings), settings):
+    async with running(bootstrap.build(settings), settings) as service:
 
         async def idle() -> list[dict[str, object]]:
             return await events(nats_url, subjects.GPU_IDLE)
 
         (event,) = await eventually(idle, what="gpu_idle", timeout=15)
         assert event["pods"] == ["default/sleepy"] and event["node"] == "gpu-node-0"
+
+        # the operations dashboard's allocation and utilisation: 2 of 8 GPUs held, the trainer's busy
+        def gauges(name: str) -> list[float]:
+            exposed = generate_latest(service.ctx.metrics.registry).decode().splitlines()
+            return [float(line.rsplit(" ", 1)[1]) for line in exposed if line.startswith(name + "{")]
+
+        held = gauges("tessera_gpu_held")
+        assert len(held) == 8 and sum(held) == 2
+
+        async def trainer_busy() -> bool:
+            return max(gauges("tessera_gpu_utilization_percent")) > 50
+
+        await eventually(trainer_busy, what="the training pod's GPU busy in the gauges", timeout=25)
 
         async def every_gpu_rolled_up() -> bool:
             return await scalar(db, "SELECT count(DISTINCT gpu_uuid) FROM telemetry.gpu_rollups") == 8

@@ -27,9 +27,9 @@ from tessera.telemetry.domain.usage import (
     Accountant,
     AccountingPolicy,
     Flavor,
-    GroupBy,
     PriceBook,
 )
+from tessera.telemetry.domain.usage_report import GroupBy
 from tessera.telemetry.entrypoints.usage_api import router
 from tessera.telemetry.service_layer.dependencies import Telemetry
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork

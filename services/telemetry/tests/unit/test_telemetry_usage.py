@@ -16,6 +16,7 @@ from tessera.telemetry.domain.attribution import (
     holders_from_grants,
     split_reading,
 )
+from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.rightsizing import (
     FindingKind,
     RightsizingPolicy,
@@ -28,13 +29,12 @@ from tessera.telemetry.domain.usage import (
     AccountingPolicy,
     CapacityType,
     Flavor,
-    GroupBy,
     JobRef,
     PriceBook,
     Pricing,
     capacity_type_of,
-    totals,
 )
+from tessera.telemetry.domain.usage_report import GroupBy, totals
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 GPU = "GPU-aaaa"
@@ -205,6 +205,20 @@ def test_a_pod_read_before_its_placement_arrived_is_billed_to_its_job_once_it_is
     (row,) = accountant.rows.values()
     assert (row.job_id, row.queue, row.tenant) == ("job-9", "q", "tenant-b")
     assert row.samples == 6
+
+
+def test_a_pod_placed_before_its_job_was_announced_is_billed_to_the_tenant_once_it_is_known() -> None:
+    """`gang_placed` and `job_accepted` come on different streams: the placement may be read first."""
+    directory = JobDirectory()
+    directory.place([PlacedPod("w-0", "job-7", "n0", {GPU: 1000})])
+    accountant = Accountant()
+    run(accountant, [10.0] * 3, pod="w-0", jobs=directory.refs())
+    (row,) = accountant.rows.values()
+    assert (row.job_id, row.tenant) == ("job-7", UNKNOWN)
+    directory.add_job("job-7", tenant="team-b", queue="serving")
+    run(accountant, [10.0] * 3, pod="w-0", start=T0 + timedelta(seconds=30), jobs=directory.refs())
+    assert (row.job_id, row.queue, row.tenant) == ("job-7", "serving", "team-b")
+    assert {t.group for t in totals(accountant.rows.values(), GroupBy.TENANT)} == {"team-b"}
 
 
 def test_a_node_clock_far_off_is_clamped_and_reported() -> None:

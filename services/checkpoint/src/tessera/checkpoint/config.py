@@ -31,6 +31,10 @@ DEFAULT_TERMINATION_TAINTS: dict[str, str] = {
     "cloud.google.com/impending-node-termination": SPOT_INTERRUPTION,
 }
 
+#: label key -> reason: slicing marks a node whose busy GPUs it drains for a new layout (with the deadline
+#: annotation below), so checkpointable jobs there save before slicing moves them
+DEFAULT_TERMINATION_LABELS: dict[str, str] = {"tessera.io/slicing-drain": NODE_TERMINATION}
+
 #: annotations that say when the node goes (RFC 3339 or Unix seconds); the first one present wins
 DEFAULT_DEADLINE_ANNOTATIONS: list[str] = [
     "tessera.io/termination-deadline",
@@ -46,7 +50,8 @@ class SpotSettings(BaseModel):
         description="taint key -> reason (spot_interruption or node_termination)",
     )
     labels: dict[str, str] = Field(
-        default_factory=dict, description="label key, or key=value -> reason; none by default"
+        default_factory=lambda: dict(DEFAULT_TERMINATION_LABELS),
+        description="label key, or key=value -> reason (slicing's drain label by default)",
     )
     deadline_annotations: list[str] = Field(default_factory=lambda: list(DEFAULT_DEADLINE_ANNOTATIONS))
     notice_s: float = Field(

@@ -13,7 +13,9 @@ from tessera.forecaster.adapters.models import default_candidates
 from tessera.forecaster.config import ForecasterSettings, get_settings
 from tessera.forecaster.domain.checks import InputPolicy
 from tessera.forecaster.entrypoints.api import router
+from tessera.forecaster.entrypoints.autoscalers import autoscaler_task
 from tessera.forecaster.entrypoints.loops import forecast_every_step
+from tessera.forecaster.entrypoints.metrics_server import check_certificate, https_metrics
 from tessera.forecaster.entrypoints.scaler import scaler_task
 from tessera.forecaster.service_layer import handlers as on
 from tessera.forecaster.service_layer.dependencies import ForecasterDeps
@@ -53,11 +55,15 @@ def build(settings: ForecasterSettings) -> ServiceDefinition[ForecasterDeps]:
             stop=ctx.stop,
             step_s=settings.step_s,
             engine=engine_config(settings),
-            candidates=lambda: default_candidates(settings.season_steps),
+            candidates=lambda: default_candidates(settings.season_steps, settings.window_steps),
             history_s=settings.history_h * 3600,
             default_window_s=settings.default_window_s,
         )
 
+    https = []
+    if settings.metrics_tls.tls:  # the aggregation layer calls an APIService's backend over TLS only
+        check_certificate(settings.metrics_tls)
+        https.append(https_metrics(settings))
     return ServiceDefinition(
         name="forecaster",
         outbox=orm.outbox,
@@ -66,7 +72,12 @@ def build(settings: ForecasterSettings) -> ServiceDefinition[ForecasterDeps]:
         dependencies=dependencies,
         consumers=consumers,
         routers=[router],
-        background=[forecast_every_step, scaler_task(settings.grpc_host, settings.grpc_port)],
+        background=[
+            forecast_every_step,
+            scaler_task(settings.grpc_host, settings.grpc_port),
+            *([autoscaler_task(settings)] if settings.kubeconfig else []),
+            *https,
+        ],
         retention=[
             RetentionRule(orm.observations, "at", settings.observations_retention_h * 3600),
             RetentionRule(orm.forecast_errors, "origin_at", settings.errors_retention_h * 3600),

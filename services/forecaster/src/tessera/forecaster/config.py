@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
+from typing import ClassVar
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
-from tessera.core.settings import ServiceSettings, http_port, service_config
+from tessera.core.settings import HttpsServing, ServiceSettings, http_port, service_config
+
+
+class MetricsTlsSettings(HttpsServing):
+    """The external metrics API over HTTPS, as the aggregation layer calls an APIService's backend.
+    Without a certificate it is served only on the plain HTTP port (`tessera up`, KEDA's path)."""
+
+    section: ClassVar[str] = "metrics_tls"
+    port: int = Field(6443, ge=0, le=65535, description="the HTTPS port of the external metrics API")
 
 
 class ForecasterSettings(ServiceSettings):
@@ -33,6 +43,24 @@ class ForecasterSettings(ServiceSettings):
     default_window_s: float = Field(300.0, gt=0, description="prediction window when a request names none")
     observations_retention_h: float = Field(
         192.0, gt=0, description="observations older than this are deleted"
+    )
+    kubeconfig: Path | None = Field(
+        None,
+        validation_alias=AliasChoices("TESSERA_FORECASTER_KUBECONFIG", "TESSERA_KUBECONFIG", "kubeconfig"),
+        description="a kubeconfig of the cluster whose PredictiveAutoscalers to reconcile; none: no controller",
+    )
+    controller_interval_s: float = Field(
+        15.0, gt=0, description="seconds between passes of the PredictiveAutoscaler controller"
+    )
+    scaler_address: str = Field(
+        "",
+        description="host:port KEDA reaches the external scaler at (ScaledObjects); default: loopback",
+    )
+    prometheus_url: str | None = Field(
+        None, description="Prometheus' HTTP API (http://prometheus:9090) for prometheus metrics"
+    )
+    metrics_tls: MetricsTlsSettings = Field(
+        default_factory=MetricsTlsSettings, description="the external metrics API over HTTPS (APIService)"
     )
     errors_retention_h: float = Field(
         48.0, gt=0, description="judged forecast errors older than this are deleted"

@@ -22,6 +22,7 @@ from tessera.telemetry.domain.model import GpuSource
 from tessera.telemetry.domain.monitor import Monitor
 from tessera.telemetry.domain.rightsizing import RightsizingPolicy, RightsizingTracker
 from tessera.telemetry.domain.usage import Accountant, AccountingPolicy
+from tessera.telemetry.entrypoints.logs import quiet_http_polls
 from tessera.telemetry.entrypoints.publishers import announce_inventory, sample
 from tessera.telemetry.entrypoints.usage_api import router as usage_router
 from tessera.telemetry.service_layer import usage as on
@@ -131,6 +132,7 @@ def build(settings: TelemetrySettings, source: GpuSource | None = None) -> Servi
     ledger = make_ledger(settings) if settings.usage.enabled else None
 
     async def dependencies(ctx: ServiceContext) -> Telemetry:
+        quiet_http_polls()  # a poll of the GPU source every sample interval is no INFO line
         chosen = source or make_source(settings)
         return Telemetry(
             ctx=ctx,

@@ -49,6 +49,16 @@ class MarginLearner:
     def extend(self, errors: Iterable[float]) -> None:
         self.errors.extend(e for e in errors if math.isfinite(e))
 
+    def seed(self, errors: Sequence[float]) -> int:
+        """Calibrate before judged errors fill the window: `errors` (oldest first, e.g. a model's
+        out-of-sample errors on its training history) go before those already held, as many of the newest
+        as there is room for. Returns how many were kept."""
+        room = self.window - len(self.errors)
+        finite = [e for e in errors if math.isfinite(e)]
+        kept = finite[-room:] if room > 0 else []
+        self.errors = deque([*kept, *self.errors], maxlen=self.window)
+        return len(kept)
+
     def margin(self) -> float | None:
         """The q-quantile of recent errors, at least 0; None until `min_errors` are known."""
         if len(self.errors) < self.min_errors:

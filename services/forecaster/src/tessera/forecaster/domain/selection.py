@@ -28,6 +28,10 @@ class Candidate(Protocol):
     def fit(self, history: Sequence[float], horizon: int) -> Fitted: ...
 
 
+#: the name of the combination of every candidate the backtest could score
+MEAN = "mean"
+
+
 @dataclass(frozen=True)
 class BacktestPlan:
     """Origins at the end of the history, `stride` steps apart; each forecasts `horizon` steps that are
@@ -70,17 +74,55 @@ class Selection:
     def score(self, name: str) -> Score | None:
         return next((s for s in self.scores if s.name == name), None)
 
+    @property
+    def passed(self) -> tuple[str, ...]:
+        """The candidates the backtest could score (fit, finite forecasts), in candidate order."""
+        return tuple(s.name for s in self.scores if s.ok and s.name != MEAN)
+
+
+def _score(
+    name: str, predictions: Sequence[Sequence[float]], actuals: Sequence[Sequence[float]], horizon: int
+) -> Score:
+    errors: list[list[float]] = [[] for _ in range(horizon)]
+    abs_sum = actual_sum = 0.0
+    under = count = 0
+    for predicted, actual in zip(predictions, actuals, strict=True):
+        for h, (p, a) in enumerate(zip(predicted, actual, strict=False)):
+            if not math.isfinite(p):
+                raise ValueError("forecast is not finite")
+            errors[h].append(abs(a - p))
+            abs_sum += abs(a - p)
+            actual_sum += abs(a)
+            under += a - p > 0.1 * abs(a)
+            count += 1
+    return Score(
+        name,
+        mae=abs_sum / count if count else math.inf,
+        wape=abs_sum / actual_sum if actual_sum > 0 else math.inf,
+        under_share=under / count if count else 0.0,
+        by_horizon=tuple(sum(e) / len(e) if e else math.inf for e in errors),
+    )
+
 
 def backtest(
     values: Sequence[float],
     candidates: Sequence[Candidate],
     plan: BacktestPlan,
     clock: Callable[[], float] = time.perf_counter,
+    *,
+    combine: bool = False,
 ) -> Selection:
     """Score every candidate over the same origins; choose the lowest WAPE (the first candidate on ties).
-    A candidate that needs more history than the first origin has, or fails, is scored with its reason."""
+    A candidate that needs more history than the first origin has, or fails, is scored with its reason.
+
+    With `combine`, the mean of every candidate that could be scored is scored too (from their own
+    backtest forecasts, so at no extra fitting) and is the choice whenever two or more could: a
+    combination's errors vary less than its members', and choosing among close scores over a few
+    origins mostly follows noise."""
     origins = plan.origin_indices(len(values))
+    actuals = [values[o : o + plan.horizon] for o in origins]
     scores: list[Score] = []
+    forecasts: dict[str, list[list[float]]] = {}
     for candidate in candidates:
         if not origins or origins[0] < candidate.min_history(plan.horizon):
             scores.append(Score(candidate.name, error="too_little_history"))
@@ -88,34 +130,71 @@ def backtest(
         started = clock()
         try:
             fitted = candidate.fit(values[max(0, origins[0] - plan.train_steps) : origins[0]], plan.horizon)
-            errors: list[list[float]] = [[] for _ in range(plan.horizon)]
-            abs_sum = actual_sum = 0.0
-            under = count = 0
-            for origin in origins:
-                predicted = fitted.predict(values[max(0, origin - plan.train_steps) : origin], plan.horizon)
-                actual = values[origin : origin + plan.horizon]
-                for h, (p, a) in enumerate(zip(predicted, actual, strict=False)):
-                    if not math.isfinite(p):
-                        raise ValueError("forecast is not finite")
-                    errors[h].append(abs(a - p))
-                    abs_sum += abs(a - p)
-                    actual_sum += abs(a)
-                    under += a - p > 0.1 * abs(a)
-                    count += 1
+            predictions = [
+                fitted.predict(values[max(0, o - plan.train_steps) : o], plan.horizon) for o in origins
+            ]
+            score = _score(candidate.name, predictions, actuals, plan.horizon)
         except Exception as exc:  # a model that cannot fit this series is not chosen; the loop goes on
             scores.append(Score(candidate.name, error=f"{type(exc).__name__}: {exc}"[:200]))
             continue
-        by_h = tuple(sum(e) / len(e) if e else math.inf for e in errors)
+        forecasts[candidate.name] = predictions
         scores.append(
-            Score(
-                candidate.name,
-                mae=abs_sum / count,
-                wape=abs_sum / actual_sum if actual_sum > 0 else math.inf,
-                under_share=under / count,
-                by_horizon=by_h,
-                fit_s=clock() - started,
-            )
+            Score(score.name, score.mae, score.wape, score.under_share, score.by_horizon, clock() - started)
         )
     ok = [s for s in scores if s.ok]
+    if combine and len(ok) > 1:
+        members = [forecasts[s.name] for s in ok]
+        mean = [
+            [sum(m[i][h] for m in members) / len(members) for h in range(len(members[0][i]))]
+            for i in range(len(origins))
+        ]
+        combined = _score(MEAN, mean, actuals, plan.horizon)
+        scores.append(
+            Score(
+                MEAN,
+                combined.mae,
+                combined.wape,
+                combined.under_share,
+                combined.by_horizon,
+                sum(s.fit_s for s in ok),
+            )
+        )
+        return Selection(MEAN, tuple(scores))
     chosen = min(ok, key=lambda s: s.wape).name if ok else None
     return Selection(chosen, tuple(scores))
+
+
+@dataclass(frozen=True)
+class _MeanFitted:
+    members: tuple[Fitted, ...]
+
+    def predict(self, history: Sequence[float], horizon: int) -> list[float]:
+        rows = [m.predict(history, horizon) for m in self.members]
+        return [sum(r[h] for r in rows) / len(rows) for h in range(horizon)]
+
+
+@dataclass(frozen=True)
+class MeanOf:
+    """The mean of its members' forecasts, with equal weights (a forecast combination): averaging models
+    whose errors are not perfectly correlated lowers the error's variance, which is what the margin has
+    to cover. A member that cannot fit is left out; it fails only when none fits."""
+
+    members: tuple[Candidate, ...]
+
+    @property
+    def name(self) -> str:
+        return MEAN
+
+    def min_history(self, horizon: int) -> int:
+        return max(c.min_history(horizon) for c in self.members)
+
+    def fit(self, history: Sequence[float], horizon: int) -> Fitted:
+        fitted = []
+        for member in self.members:
+            try:
+                fitted.append(member.fit(history, horizon))
+            except Exception:  # left out of the mean; the others still combine
+                continue
+        if not fitted:
+            raise ValueError("no member of the combination could be fit")
+        return _MeanFitted(tuple(fitted))

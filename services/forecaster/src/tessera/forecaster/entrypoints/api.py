@@ -11,7 +11,8 @@ from tessera.forecaster.service_layer.dependencies import ForecasterDeps
 from tessera.forecaster.service_layer.metric_names import MetricRef, parse_selector
 from tessera.forecaster.service_layer.queries import metric_value
 
-router = APIRouter()
+metrics_router = APIRouter()
+"""the external metrics API alone: what the HTTPS server for the APIService serves"""
 GROUP_VERSION = "external.metrics.k8s.io/v1beta1"
 
 
@@ -20,7 +21,7 @@ def _deps(request: Request) -> ForecasterDeps:
     return deps
 
 
-@router.get("/apis/external.metrics.k8s.io/v1beta1", tags=["external metrics"])
+@metrics_router.get("/apis/external.metrics.k8s.io/v1beta1", tags=["external metrics"])
 async def api_resources() -> dict[str, Any]:
     """The discovery document the aggregation layer asks for."""
     return {
@@ -39,7 +40,7 @@ async def api_resources() -> dict[str, Any]:
     }
 
 
-@router.get(
+@metrics_router.get(
     "/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/{metric}", tags=["external metrics"]
 )
 async def external_metric(
@@ -81,6 +82,11 @@ async def external_metric(
 def quantity(value: float) -> str:
     """A Kubernetes quantity in milli-units (`1500m`), as metrics servers write fractional values."""
     return f"{round(max(value, 0.0) * 1000)}m"
+
+
+router = APIRouter()
+"""the service's plain HTTP routes: the external metrics API and the forecaster's view of its series"""
+router.include_router(metrics_router)
 
 
 @router.get("/v1/series", tags=["forecasts"])

@@ -38,6 +38,8 @@ class ForecasterDeps:
     rounds: int = 0
     #: the port the KEDA external scaler listens on, once it does
     scaler_port: int | None = None
+    #: passes of the PredictiveAutoscaler controller so far (tests wait on it)
+    autoscaler_passes: int = 0
 
     def forecaster(self, series_id: int) -> SeriesForecaster:
         if series_id not in self.forecasters:

@@ -4,6 +4,7 @@ the loop runs it in a worker thread, and the benchmark runs it as it is. Nothing
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -13,7 +14,15 @@ from datetime import datetime
 from tessera.forecaster.domain.checks import Degraded, InputPolicy, prepare
 from tessera.forecaster.domain.forecast import Forecast
 from tessera.forecaster.domain.margin import MarginLearner
-from tessera.forecaster.domain.selection import BacktestPlan, Candidate, Fitted, Selection, backtest
+from tessera.forecaster.domain.selection import (
+    MEAN,
+    BacktestPlan,
+    Candidate,
+    Fitted,
+    MeanOf,
+    Selection,
+    backtest,
+)
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,15 @@ class EngineConfig:
     margin_q: float = 0.9
     margin_window: int = 240
     min_errors: int = 10
+    combine: bool = True
+    """serve the mean of every candidate the backtest could score (a forecast combination) rather than
+    the single best one; the backtest still scores each, and chooses among them when it is off"""
+    prefer: str | None = "level"
+    """the candidate served whenever the backtest could score it (the level smoothed for the lead, ADR
+    0029); the combination or the best one otherwise. None: the backtest alone decides"""
+    calibrate: bool = True
+    """seed the margin, while it holds fewer errors than its window, with the served model's
+    out-of-sample errors at the window on its training history (where the model gives them)"""
     inputs: InputPolicy = field(default_factory=InputPolicy)
 
     @property
@@ -65,6 +83,8 @@ class Update:
     selection: Selection | None = None
     fit_seconds: float = 0.0
     judged: tuple[tuple[datetime, str, float, float], ...] = ()
+    seeded: tuple[float, ...] = ()
+    """errors that calibrated the margin in this step, before any judged ones (oldest first)"""
 
 
 @dataclass
@@ -78,6 +98,7 @@ class SeriesForecaster:
     learner: MarginLearner = field(init=False)
     pending: list[_Pending] = field(default_factory=list)
     fit_seconds: list[float] = field(default_factory=list)
+    calibrated: bool = False
 
     def __post_init__(self) -> None:
         c = self.config
@@ -107,6 +128,25 @@ class SeriesForecaster:
         self.pending = keep
         return judged
 
+    def _served_model(self, selection: Selection) -> Candidate:
+        candidates = self.candidates()
+        if self.config.prefer is not None and self.config.prefer in selection.passed:
+            return next(c for c in candidates if c.name == self.config.prefer)
+        if selection.chosen == MEAN:
+            return MeanOf(tuple(c for c in candidates if c.name in selection.passed))
+        return next(c for c in candidates if c.name == selection.chosen)
+
+    def _calibrate(self, fitted: Fitted) -> tuple[float, ...]:
+        """Seed the margin with the fitted model's own errors at the window, once, while it is short."""
+        calibration = getattr(fitted, "calibration", None)
+        if not self.config.calibrate or self.calibrated or calibration is None:
+            return ()
+        if len(self.learner.errors) >= self.learner.window:
+            return ()
+        self.calibrated = True
+        kept = self.learner.seed(calibration)
+        return tuple(calibration[len(calibration) - kept :]) if kept else ()
+
     def step(self, values: Sequence[float | None], end: datetime, step_s: float) -> Update:
         """Forecast the steps after `end` (the newest complete step) from `values`, which end there."""
         judged = tuple(self.judge(values, end, step_s))
@@ -116,22 +156,26 @@ class SeriesForecaster:
             return Update(None, prepared.degraded, last, judged=judged)
         history = prepared.values
         selection: Selection | None = None
+        seeded: tuple[float, ...] = ()
         fit_s = 0.0
         c = self.config
         if self.model is None or self.model.steps_since_fit >= c.refit_every_steps:
             started = self.clock()
-            selection = backtest(history, self.candidates(), c.plan, self.clock)
+            selection = backtest(history, self.candidates(), c.plan, self.clock, combine=c.combine)
             if selection.chosen is None:
                 self.model = None
                 fit_s = self.clock() - started
                 return Update(None, Degraded.FIT_FAILED, last, selection, fit_s, judged)
-            chosen = next(x for x in self.candidates() if x.name == selection.chosen)
+            chosen = self._served_model(selection)
             try:
                 fitted = chosen.fit(history[-c.train_steps :], c.horizon)
             except Exception:
                 self.model = None
                 return Update(None, Degraded.FIT_FAILED, last, selection, self.clock() - started, judged)
             self.model = _Model(chosen.name, fitted, end)
+            if chosen.name != selection.chosen:
+                selection = dataclasses.replace(selection, chosen=chosen.name)
+            seeded = self._calibrate(fitted)
             fit_s = self.clock() - started
             self.fit_seconds.append(fit_s)
         assert self.model is not None
@@ -157,4 +201,4 @@ class SeriesForecaster:
             last_value=history[-1],
         )
         self.pending.append(_Pending(end, max(predicted[: c.window_steps]), self.model.name))
-        return Update(forecast, None, last, selection, fit_s, judged)
+        return Update(forecast, None, last, selection, fit_s, judged, seeded)

@@ -29,7 +29,8 @@ from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.model import Announcement, FindingKind, GpuFinding
 from tessera.telemetry.domain.rightsizing import Recommendation
 from tessera.telemetry.domain.rollups import Rollup
-from tessera.telemetry.domain.usage import HOUR_S, GroupBy, UsageKey, UsageRow, UsageTotal
+from tessera.telemetry.domain.usage import HOUR_S, UsageKey, UsageRow
+from tessera.telemetry.domain.usage_report import GroupBy, UsageTotal
 
 
 class InventoryRepository(Protocol):

@@ -12,6 +12,8 @@ from tessera.core.messaging.envelope import encode
 from tessera.core.runner import ServiceContext
 from tessera.core.waits import wait_any
 from tessera.telemetry.domain.model import Reading, SourceUnavailable, with_health
+from tessera.telemetry.entrypoints.gpu_metrics import gpu_metrics
+from tessera.telemetry.entrypoints.logs import failure_log
 from tessera.telemetry.entrypoints.metrics import usage_metrics
 from tessera.telemetry.service_layer.dependencies import Telemetry
 from tessera.telemetry.service_layer.handlers import sync_inventory
@@ -24,6 +26,8 @@ from tessera.telemetry.service_layer.usage import (
 )
 
 log = logging.getLogger(__name__)
+failures = failure_log(log)
+"""Failures that come back every round are logged once per interval, with the count left out."""
 
 
 async def announce_inventory(t: Telemetry) -> None:
@@ -50,7 +54,7 @@ async def announce_inventory(t: Telemetry) -> None:
                     log.info("inventory announced", extra={"source": t.source.name})
                 await uow.commit()
         except Exception:
-            log.exception("inventory announcement failed")
+            failures.error("inventory", "inventory announcement failed", exc_info=True)
         await wait_any(ctx.stop, t.inventory_due, timeout=t.inventory_interval_s)
 
 
@@ -75,12 +79,15 @@ async def _sample_until_stopped(ctx: ServiceContext, t: Telemetry) -> None:
         try:
             readings = await t.source.read(now)
         except SourceUnavailable as exc:
-            log.warning("the GPUs cannot be read", extra={"source": t.source.name, "reason": str(exc)})
+            failures.warning(
+                "read", "the GPUs cannot be read", extra={"source": t.source.name, "reason": str(exc)}
+            )
             readings = []
         except Exception:
-            log.exception("reading the GPUs failed", extra={"source": t.source.name})
+            failures.error("read", "reading the GPUs failed", extra={"source": t.source.name}, exc_info=True)
             readings = []
         if readings:
+            gpu_metrics(ctx.metrics.registry).record(readings)
             await _publish_samples(ctx, readings, now)
             await _observe(t, readings, now)
             await _account(t, readings, now)
@@ -98,7 +105,7 @@ async def _restore(t: Telemetry) -> None:
             log.info("open findings restored", extra={"findings": count, "usage_rows": rows})
             break
         except Exception:
-            log.exception("restoring open findings failed; retrying")
+            failures.error("restore", "restoring open findings failed; retrying", exc_info=True)
             await wait_any(t.ctx.stop, timeout=1.0)
     t.restored.set()
 
@@ -125,8 +132,10 @@ async def _publish_samples(ctx: ServiceContext, readings: list[Reading], now: da
     results = await asyncio.gather(*publishes, return_exceptions=True)
     failed = [r for r in results if isinstance(r, BaseException)]
     if failed:
-        log.warning(
-            "some samples were not published", extra={"failed": len(failed), "error": repr(failed[0])}
+        failures.warning(
+            "samples",
+            "some samples were not published",
+            extra={"failed": len(failed), "error": repr(failed[0])},
         )
 
 
@@ -140,7 +149,7 @@ async def _observe(t: Telemetry, readings: list[Reading], now: datetime) -> None
     except Exception:
         # nothing was stored: forget this batch, so its findings come again with the next readings
         t.monitor = before
-        log.exception("storing rollups and findings failed")
+        failures.error("rollups", "storing rollups and findings failed", exc_info=True)
         return
     for change in observation.health:
         log.warning(
@@ -166,7 +175,7 @@ async def _account(t: Telemetry, readings: list[Reading], now: datetime) -> None
     try:
         attributed = await attributor.attribute(readings, ledger.directory.placed_milli)
     except Exception:
-        log.exception("attributing the readings failed")
+        failures.error("attribute", "attributing the readings failed", exc_info=True)
         return
     if attributed.problems != t.attribution_problems:
         if attributed.problems:
@@ -209,6 +218,6 @@ async def _flush_usage(t: Telemetry, now: datetime, final: bool = False) -> None
         ledger.accountant.mark_dirty(rows)
         ledger.recommendations[:0] = recommendations
         if not final:
-            log.exception("storing usage failed; it is kept for the next flush")
+            failures.error("usage", "storing usage failed; it is kept for the next flush", exc_info=True)
         return
     ledger.accountant.close(now)

@@ -25,7 +25,7 @@ from typing import Annotated, Any
 import httpx
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from tessera.telemetry.domain.usage import GroupBy, UsageTotal
+from tessera.telemetry.domain.usage_report import GroupBy, UsageTotal
 from tessera.telemetry.service_layer.dependencies import Telemetry
 
 router = APIRouter(prefix="/v1", tags=["usage"])
@@ -124,13 +124,18 @@ def _out(t: UsageTotal) -> dict[str, Any]:
     }
 
 
+def _invalid(field: str, message: str) -> HTTPException:
+    """A 422 shaped as FastAPI's own validation errors, which the OpenAPI document describes."""
+    return HTTPException(422, [{"loc": ["query", field], "msg": message, "type": "value_error"}])
+
+
 def _time(value: str | None, default: datetime, field: str) -> datetime:
     if value is None:
         return default
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as exc:
-        raise HTTPException(422, f"{field}: not an ISO 8601 time: {value!r}") from exc
+        raise _invalid(field, f"not an ISO 8601 time: {value!r}") from exc
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
@@ -150,7 +155,7 @@ async def get_usage(
     to = _time(end, datetime.now(UTC), "to")
     since = _time(start, to - timedelta(hours=24), "from")
     if since >= to:
-        raise HTTPException(422, "from: must be before to")
+        raise _invalid("from", "must be before to")
     deps = _deps(request)
     rows: list[UsageTotal] = []
     wasters: list[UsageTotal] = []

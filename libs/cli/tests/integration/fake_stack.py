@@ -3,7 +3,8 @@
     python fake_stack.py service NAME          serve /healthz and /readyz like a real service
     python fake_stack.py up STATE_DIR [SVCS]   run ``tessera up`` with these fakes
 
-``FAKE_NOT_READY=name`` makes that service answer 503 on /readyz forever.
+``FAKE_NOT_READY=name`` makes that service answer 503 on /readyz forever; ``FAKE_DEVCLUSTER=0`` runs
+without the devcluster.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def up(state_dir: str, services: str | None) -> int:
         ready_timeout=float(os.environ.get("FAKE_READY_TIMEOUT", "30")),
         stop_timeout=5,
         use_default_ports=False,
+        devcluster=os.environ.get("FAKE_DEVCLUSTER", "1") == "1",
     )
     return run_up(options, migrate=migrate, service_argv=lambda n: [sys.executable, __file__, "service", n])
 

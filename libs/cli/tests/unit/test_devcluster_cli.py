@@ -305,3 +305,12 @@ def test_the_devcluster_reads_the_nats_url_that_tessera_up_hands_it(monkeypatch:
     assert args.nats_url == "nats://127.0.0.1:4222" and args.checkpoint_root is None
     monkeypatch.delenv(NATS_URL_ENV)
     assert devcluster_cli.build_parser().parse_args(["serve", "--cluster", "c.yaml"]).nats_url is None
+
+
+def test_without_a_kubeconfig_the_one_in_the_state_dir_is_used(tmp_path: Path) -> None:
+    from tessera.cli.main import app as tessera
+
+    state = tmp_path / "stack"
+    result = CliRunner().invoke(tessera, ["--state-dir", str(state), "devcluster", "layout"], env=ENV)
+    assert result.exit_code == 2
+    assert f"{state / 'kubeconfig'} does not exist" in " ".join(result.output.split())

@@ -18,7 +18,7 @@ from tessera.cli.up import (
     register,
     resolve_cluster_file,
 )
-from tessera.cli.up_stack import _hide_password
+from tessera.cli.up_console import _hide_password
 from tessera.core.embedded import StateDir
 
 
@@ -92,7 +92,9 @@ def test_plan_gives_each_service_its_port_urls_and_log() -> None:
         "TESSERA_SLICING_HTTP_HOST": "127.0.0.1",
         "TESSERA_SLICING_HTTP_PORT": "19000",
         "TESSERA_KUBECONFIG": "/k/config",
+        "TESSERA_SLICING_LEADER_ELECTION__ENABLED": "false",
     }
+    assert "TESSERA_ADMISSION_LEADER_ELECTION__ENABLED" not in specs[0].env
     assert endpoints.admission_api_url == "http://127.0.0.1:18080"
     assert endpoints.services["slicing"].health_url == "http://127.0.0.1:19000/healthz"
     assert endpoints.services["slicing"].ready_url == "http://127.0.0.1:19000/readyz"
@@ -242,3 +244,52 @@ def test_every_service_exports_its_spans_to_the_otlp_endpoint_given() -> None:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:4318" for env in plan("http://127.0.0.1:4318")
     )
     assert all("OTEL_EXPORTER_OTLP_ENDPOINT" not in env for env in plan(None))
+
+
+def test_with_credentials_each_service_gets_its_own_nats_user_and_inbox_prefix(tmp_path: Path) -> None:
+    from tessera.cli.up_auth import StackAuth
+    from tessera.core.embedded import NatsServer
+
+    state = StateDir(tmp_path)
+    auth = StackAuth(state, SERVICES)
+    nats = NatsServer(state.nats_store, port=14999)
+    auth.nats_server(nats, {"research"})
+    admin = auth.admin_nats_url(nats.url)
+    specs, endpoints = plan_services(
+        ["scheduler"],
+        {"scheduler": 1},
+        nats_url=admin,
+        database_url="postgresql://t:t@127.0.0.1:15432/tessera",
+        kubeconfig=None,
+        state=state,
+        service_argv=default_service_argv,
+        access=lambda name: auth.access(name, admin, "postgresql://t:t@127.0.0.1:15432/tessera"),
+    )
+    env = specs[0].env
+    password = auth.nats.password("tessera-scheduler")
+    assert env["TESSERA_NATS_URL"] == f"nats://tessera-scheduler:{password}@127.0.0.1:14999"
+    assert env["TESSERA_SCHEDULER_NATS_INBOX_PREFIX"] == "_INBOX_tessera-scheduler"
+    assert endpoints.nats_url == admin and admin.startswith("nats://tessera-admin:")
+    assert nats.config_file == state.credentials / "nats.conf"
+    assert nats.command()[-2:] == ["--config", str(state.credentials / "nats.conf")]
+    assert (state.credentials / "tenants" / "research.json").exists()
+    # no role until one was granted (a given database is used as given)
+    assert env["TESSERA_DATABASE_URL"] == "postgresql://t:t@127.0.0.1:15432/tessera"
+
+
+def test_the_single_scheduler_of_tessera_up_elects_no_leader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restarted after a crash, it decides at once instead of waiting out its old self's lease."""
+    from tessera.scheduler.config import SchedulerSettings
+
+    specs, _ = plan_services(
+        ["scheduler"],
+        {"scheduler": 2},
+        nats_url="nats://n",
+        database_url="postgresql://d",
+        kubeconfig=Path("/k/config"),
+        state=StateDir(Path("/s")),
+        service_argv=default_service_argv,
+    )
+    for key, value in specs[0].env.items():
+        monkeypatch.setenv(key, value)
+    assert SchedulerSettings().leader_election.enabled is False

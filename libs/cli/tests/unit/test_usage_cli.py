@@ -119,3 +119,16 @@ def test_report_writes_a_png(telemetry: list[httpx.Request], tmp_path: Path) -> 
 def test_an_unknown_grouping_is_refused() -> None:
     result = CliRunner().invoke(app, ["usage", "--by", "colour"])
     assert result.exit_code != 0
+
+
+def test_a_refusal_names_the_field_and_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    refusal = {"detail": [{"loc": ["query", "from"], "msg": "must be before to", "type": "value_error"}]}
+
+    def get(url: str, params: dict[str, Any], headers: dict[str, str], timeout: float) -> httpx.Response:
+        return httpx.Response(422, json=refusal, request=httpx.Request("GET", url))
+
+    monkeypatch.setattr(usage.httpx, "get", get)
+    monkeypatch.setenv("TESSERA_TELEMETRY_URL", "http://telemetry:8081")
+    result = CliRunner().invoke(app, ["usage", "--from", "1h", "--to", "2026-01-01T00:00"])
+    assert result.exit_code == 1
+    assert "error 422: from: must be before to" in " ".join(result.output.split())

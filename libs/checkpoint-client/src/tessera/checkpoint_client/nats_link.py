@@ -21,9 +21,11 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit, urlunsplit
 
 import nats
 from nats.aio.client import Client
@@ -36,6 +38,8 @@ from tessera.contracts.envelope import EnvelopeError, decode, encode
 from tessera.contracts.events import ReportCheckpoint, SaveCheckpoint
 
 log = logging.getLogger(__name__)
+#: NATS errors are logged as warnings at most this often, the rest at DEBUG
+WARN_EVERY_S = 30.0
 _REPORT_NS = uuid.UUID("6c3f0a52-8d7e-4f4b-9b55-7d2f6f0b1c11")
 
 
@@ -43,6 +47,14 @@ def report_id(report: ReportCheckpoint, checkpoint_id: str) -> str:
     """The same report (job, checkpoint, request) always gets the same id, so a resend is deduplicated."""
     return str(
         uuid.uuid5(_REPORT_NS, f"{report.job_id}/{checkpoint_id}/{report.request_id or ''}/{report.outcome}")
+    )
+
+
+def without_credentials(url: str) -> str:
+    """``url`` as it may be logged: each server of a comma-separated list without ``user:password@``."""
+    return ",".join(
+        urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        for parts in (urlsplit(one.strip()) for one in url.split(","))
     )
 
 
@@ -73,6 +85,7 @@ class NatsLink:
         self._loop_ready = threading.Event()
         self._pending: set[concurrent.futures.Future[None]] = set()
         self._lock = threading.Lock()
+        self._last_warning = -WARN_EVERY_S
         self._thread = threading.Thread(target=self._run, name=f"tessera-ckpt-nats-{job_id}", daemon=True)
 
     def start(self) -> None:
@@ -106,8 +119,8 @@ class NatsLink:
         assert self._stop is not None
         delay = 0.5
         while not self._stop.is_set():
-            try:
-                return await nats.connect(
+            connecting = asyncio.ensure_future(
+                nats.connect(
                     self.url,
                     name=f"tessera-checkpoint-client/{self.job_id}",
                     max_reconnect_attempts=-1,
@@ -116,9 +129,23 @@ class NatsLink:
                     allow_reconnect=True,
                     error_cb=self._on_error,
                 )
+            )
+            stopping = asyncio.ensure_future(self._stop.wait())
+            await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not connecting.done():  # closed while NATS cannot be reached (nats.py retries for ever)
+                connecting.cancel()
+                with contextlib.suppress(BaseException):
+                    await connecting
+                return None
+            try:
+                return connecting.result()
             except Exception as exc:
                 log.warning(
-                    "checkpoint client cannot reach NATS at %s (%s); retrying in %.1fs", self.url, exc, delay
+                    "checkpoint client cannot reach NATS at %s (%s); retrying in %.1fs",
+                    without_credentials(self.url),
+                    exc,
+                    delay,
                 )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
@@ -126,7 +153,18 @@ class NatsLink:
         return None
 
     async def _on_error(self, exc: Exception) -> None:
-        log.debug("checkpoint client NATS error: %s", exc)
+        # nats.py retries a first connection for ever and tells only this callback: say so, now and then
+        now = time.monotonic()
+        if now - self._last_warning >= WARN_EVERY_S:
+            self._last_warning = now
+            log.warning(
+                "checkpoint client: NATS at %s: %s: %s (retrying)",
+                without_credentials(self.url),
+                type(exc).__name__,
+                exc,
+            )
+        else:
+            log.debug("checkpoint client NATS error: %s", exc)
 
     async def _subscribe(self, nc: Client) -> None:
         self._nc = nc
@@ -219,4 +257,4 @@ class NatsLink:
         self._thread.join(timeout)
 
     def __repr__(self) -> str:
-        return f"NatsLink({self.url!r}, {self.subject!r}, mode={self.mode!r})"
+        return f"NatsLink({without_credentials(self.url)!r}, {self.subject!r}, mode={self.mode!r})"

@@ -2,9 +2,10 @@
 
 ``tessera up`` runs the devcluster (``python -m tessera.devcluster serve``) as a child process of its
 own, beside NATS and PostgreSQL: it is infrastructure the services talk to over HTTP, it is busy
-under a trace replay (a process of its own gets a core of its own), and its log is its own. It is
-not restarted when it dies: a restarted devcluster is an empty cluster, so ``tessera up`` stops and
-says so instead. See docs/adr/0008-telemetry-sources.md.
+under a trace replay (a process of its own gets a core of its own), and its log is its own. It keeps
+its objects and simulated hardware in ``STATE_DIR/devcluster/state.json``, so the next ``tessera up``
+finds the pods it left running, and ``tessera up`` restarts it, with them, when it dies, as it does
+NATS and PostgreSQL (docs/adr/0027-supervised-local-stack.md). See docs/adr/0008-telemetry-sources.md.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import typer
 import yaml
 from rich.console import Console
 
+from tessera.cli.client import state_dir
 from tessera.core.embedded.process import ManagedProcess
 from tessera.devcluster import data
 
@@ -59,6 +61,7 @@ class DevclusterProcess(ManagedProcess):
         host: str = "127.0.0.1",
         nats_url: str | None = None,
         checkpoint_root: str | None = None,
+        state_file: Path | None = None,
     ) -> None:
         super().__init__(log_file)
         self.cluster_file = cluster_file
@@ -70,6 +73,8 @@ class DevclusterProcess(ManagedProcess):
         self.nats_url = nats_url
         #: where they write checkpoints (the devcluster's default: beside the kubeconfig)
         self.checkpoint_root = checkpoint_root
+        #: where the devcluster keeps its objects and simulated hardware across restarts
+        self.state_file = state_file
 
     @property
     def url(self) -> str:
@@ -94,6 +99,8 @@ class DevclusterProcess(ManagedProcess):
         ]
         if self.checkpoint_root:
             argv += ["--checkpoint-root", self.checkpoint_root]
+        if self.state_file is not None:
+            argv += ["--state-file", str(self.state_file)]
         return argv
 
     def env(self) -> Mapping[str, str] | None:
@@ -155,6 +162,8 @@ def resolve_trace(pods: Path | None, data_dir: Path) -> Path:
 
 
 def _kubeconfig(path: Path) -> Path:
+    if path == DEFAULT_KUBECONFIG:  # not given: the one `tessera up` wrote in the stack's state dir
+        path = state_dir() / "kubeconfig"
     if not path.is_file():
         raise typer.BadParameter(
             f"{path} does not exist: start `tessera up` first, or give the kubeconfig of a devcluster",
@@ -303,6 +312,20 @@ def nvml(
         console.print(f"[red]error:[/] {answer.status_code}: {answer.text}")
         raise typer.Exit(1)
     console.print_json(answer.text)
+
+
+@app.command()
+def layout(kubeconfig: KubeconfigOption = DEFAULT_KUBECONFIG) -> None:
+    """Print each GPU's current layout (exclusive, MIG instances, time-slicing or MPS replicas) with the
+    MIG manager's and device plugin's config labels of its node."""
+    from tessera.devcluster.layouts import gpu_rows, render
+
+    url = devcluster_url(_kubeconfig(kubeconfig))
+    answer = httpx.get(f"{url}/api/v1/nodes", timeout=10)
+    if answer.status_code != 200:
+        console.print(f"[red]error:[/] {answer.status_code}: {answer.text}")
+        raise typer.Exit(1)
+    print(render(gpu_rows(answer.json().get("items") or [])))
 
 
 FAULT_KINDS = ("xid", "overheating", "lost", "spot-interruption")

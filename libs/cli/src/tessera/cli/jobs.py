@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tessera.cli.endpoints import admission_url
+from tessera.cli.client import admission_client, fail_on_error, unreachable
 from tessera.cli.explain import explain as explain_job
 from tessera.cli.explain import render
 
@@ -24,30 +23,15 @@ err = Console(stderr=True)
 
 ApiOption = Annotated[
     str | None,
-    typer.Option("--api", help="admission URL; default: TESSERA_ADMISSION_URL or .tessera/endpoints.json"),
+    typer.Option(
+        "--api", help="admission URL; default: TESSERA_ADMISSION_URL, else the --state-dir's endpoints.json"
+    ),
 ]
 
 
 def _client(api: str | None) -> httpx.Client:
-    """A client of admission; sends `TESSERA_TOKEN` as the bearer token when it is set."""
-    token = os.environ.get("TESSERA_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(base_url=api or admission_url(), timeout=15, headers=headers)
-
-
-def fail_on_error(response: httpx.Response) -> None:
-    """Print admission's structured error (code, message, field) and exit 1."""
-    if response.status_code < 400:
-        return
-    try:
-        body = response.json()
-        message = body.get("message") or response.text
-        field = body.get("field")
-    except ValueError:
-        message, field = response.text, None
-    where = f" (field {field})" if field else ""
-    err.print(f"[red]error {response.status_code}[/]: {message}{where}")
-    raise typer.Exit(1)
+    """A client of admission (see `tessera.cli.client`: the state directory, the token, errors)."""
+    return admission_client(api)
 
 
 def load_job_file(path: Path) -> Any:
@@ -64,8 +48,7 @@ def load_job_file(path: Path) -> Any:
 
 
 def _fail_unreachable(api: str, exc: httpx.HTTPError) -> typer.Exit:
-    err.print(f"[red]cannot reach admission at {api}[/]: {exc}. Is `tessera up` running?")
-    return typer.Exit(2)
+    return unreachable(f"admission at {api}", exc)
 
 
 @app.command()
@@ -79,13 +62,15 @@ def submit(
             response = client.post("/v1/jobs", json=spec)
         except httpx.HTTPError as exc:
             raise _fail_unreachable(str(client.base_url), exc) from exc
+    if response.status_code != 422:
+        fail_on_error(response)
     body = response.json()
     if response.status_code == 422:
-        err.print(f"[red]rejected[/] job {body.get('job_id', '')}: {body.get('message', '')}")
+        stored = f" {body['job_id']}" if body.get("job_id") else ""  # an invalid spec is not stored
+        err.print(f"[red]rejected[/] job{stored}: {body.get('message', '')}")
         for error in body.get("errors", []):
             err.print(f"  {error['field']}: {error['reason']}")
         raise typer.Exit(1)
-    response.raise_for_status()
     console.print(body["id"])
 
 
@@ -95,7 +80,7 @@ def get(
     as_json: Annotated[bool, typer.Option("--json", help="print the raw JSON")] = False,
     api: ApiOption = None,
 ) -> None:
-    """Show a job, its state history and the checkpoints it saved."""
+    """Show a job, why it waits, its state history, its Kubernetes objects and the checkpoints it saved."""
     with _client(api) as client:
         try:
             response = client.get(f"/v1/jobs/{job_id}")
@@ -104,7 +89,7 @@ def get(
     if response.status_code == 404:
         err.print(f"[red]no job with id {job_id}[/]")
         raise typer.Exit(1)
-    response.raise_for_status()
+    fail_on_error(response)
     job = response.json()
     if as_json:
         console.print_json(data=job)
@@ -113,10 +98,18 @@ def get(
         f"[bold]{job['name']}[/] ({job['id']}) tenant={job['tenant']} queue={job['queue']} "
         f"state=[bold]{job['state']}[/]"
     )
+    if job.get("waiting"):
+        console.print(f"waiting: [bold]{job['waiting']['reason']}[/]: {job['waiting']['message']}")
     table = Table("at", "state", "reason")
     for step in job["history"]:
         table.add_row(step["at"], step["state"], step["reason"])
     console.print(table)
+    if job.get("kubernetes"):
+        kube = job["kubernetes"]
+        made = Table("kind", "name", title=f"Kubernetes objects in {kube['namespace']}: {kube['state']}")
+        for obj in kube["objects"]:
+            made.add_row(obj["kind"], obj["name"])
+        console.print(made)
     if job.get("checkpoints"):
         saved = Table(
             "saved at", "step", "bytes", "uri", title="checkpoints, newest first (it resumes from the first)"
@@ -171,7 +164,7 @@ def list_jobs(
             response = client.get("/v1/jobs", params=params)
         except httpx.HTTPError as exc:
             raise _fail_unreachable(str(client.base_url), exc) from exc
-    response.raise_for_status()
+    fail_on_error(response)
     table = Table("id", "name", "tenant", "queue", "state", "submitted")
     for job in response.json():
         table.add_row(job["id"], job["name"], job["tenant"], job["queue"], job["state"], job["submitted_at"])

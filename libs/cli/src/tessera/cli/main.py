@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
+import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tessera.cli import devcluster, jobs, queues, tokens, up, usage
+from tessera.cli.client import STATE_DIR_ENV, err, use_state_dir
 
 app = typer.Typer(
     help="Tessera: gang scheduling, GPU sharing and cheap preemption for GPU clusters on Kubernetes.",
@@ -23,6 +27,21 @@ app.add_typer(devcluster.app, name="devcluster")
 app.add_typer(usage.app, name="usage")
 up.register(app)
 console = Console()
+
+
+@app.callback()
+def options(
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar=STATE_DIR_ENV,
+            help="The stack's state directory: `tessera up` keeps its data there, and the other "
+            "commands find the running stack through its endpoints.json (default: .tessera).",
+        ),
+    ] = None,
+) -> None:
+    """Tessera: gang scheduling, GPU sharing and cheap preemption for GPU clusters on Kubernetes."""
+    use_state_dir(state_dir)
 
 
 @contracts_app.command("export")
@@ -59,4 +78,12 @@ def migrate(
 
 
 def main() -> None:
-    app()
+    # the commands report the errors they expect; this is the net for the rest: one line, no traceback
+    try:
+        app()
+    except httpx.HTTPError as exc:
+        err.print(f"[red]error[/]: {escape(type(exc).__name__)}: {escape(str(exc))}", soft_wrap=True)
+        sys.exit(2)
+    except (OSError, ValueError) as exc:  # an unreadable or malformed endpoints.json, a bad file
+        err.print(f"[red]error[/]: {escape(str(exc))}", soft_wrap=True)
+        sys.exit(1)

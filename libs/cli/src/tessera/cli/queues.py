@@ -10,10 +10,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tessera.cli.jobs import ApiOption, _client, _fail_unreachable, fail_on_error, load_job_file
+from tessera.cli.client import fail_on_error
+from tessera.cli.jobs import ApiOption, _client, _fail_unreachable, load_job_file
 
 app = typer.Typer(
-    help="Queues, cohorts, tenant queues and priority classes (admin token when auth is on).",
+    help="Queues, cohorts, tenant queues and priority classes (changes need the admin token when auth "
+    "is on; a tenant's token sees its own queue only).",
     no_args_is_help=True,
 )
 console = Console()
@@ -65,7 +67,10 @@ def status(
         except httpx.HTTPError as exc:
             raise _fail_unreachable(str(client.base_url), exc) from exc
     if not found:
-        console.print("no queues configured: admission admits every valid job (open mode)")
+        console.print(
+            "no queues to show: none is configured (open mode: admission admits every valid job), "
+            "or none is this token's tenant's"
+        )
         return
     table = Table(
         "queue", "cohort", "flavor", "resource", "nominal", "usage", "borrowed", "lent", "pending", "admitted"

@@ -40,7 +40,9 @@ class Backoff:
 
     initial: float = 0.5
     factor: float = 2.0
-    maximum: float = 15.0
+    maximum: float = 5.0
+    """A service killed under a fault schedule (or crashing while NATS or PostgreSQL is away) is
+    back within seconds; a longer wait only lengthens the outage it recovers from."""
     #: a child that stayed up this long is considered healthy again: the delay starts over
     reset_after: float = 30.0
 

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from tessera.cli.client import state_dir as cli_state_dir
 from tessera.cli.up_stack import (
     SERVICES,
     Migrate,
@@ -95,8 +96,12 @@ def register(app: typer.Typer) -> None:
 
 def up(
     state_dir: Annotated[
-        Path, typer.Option(help="Where data, logs, ports.json and endpoints.json are kept.")
-    ] = Path(".tessera"),
+        Path | None,
+        typer.Option(
+            help="Where data, logs, ports.json and endpoints.json are kept "
+            "(default: tessera's own --state-dir, else TESSERA_STATE_DIR, else .tessera)."
+        ),
+    ] = None,
     services: Annotated[
         list[str] | None,
         typer.Option(
@@ -171,7 +176,7 @@ def up(
             cluster_file, needed="telemetry" in chosen and kubeconfig is None and not devcluster
         )
     options = UpOptions(
-        state_dir=state_dir,
+        state_dir=state_dir if state_dir is not None else cli_state_dir(),
         services=chosen,
         nats_url=check_url(nats_url, ("nats", "tls"), "--nats-url"),
         database_url=check_url(database_url, ("postgresql", "postgres"), "--database-url"),
@@ -183,4 +188,10 @@ def up(
         stop_timeout=stop_timeout,
         otlp_endpoint=check_url(otlp_endpoint, ("http", "https"), "--otlp-endpoint"),
     )
-    raise typer.Exit(run_up(options))
+    from rich.console import Console
+
+    from tessera.cli.tokens import with_admin_token  # made at the first start, printed that once
+
+    console = Console()
+    migrate = with_admin_token(migrate_all, options.state_dir, console)
+    raise typer.Exit(run_up(options, console=console, migrate=migrate))

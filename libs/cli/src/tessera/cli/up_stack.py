@@ -1,8 +1,9 @@
 """What ``tessera up`` runs: the stack's plan, its start, its readiness wait and its stop.
 
 Starts PostgreSQL and NATS (JetStream) from their PyPI packages under the state directory unless
-URLs are given, runs every migration, starts the devcluster unless a kubeconfig is given (see
-``tessera.cli.devcluster``), starts the six services under a supervisor, waits for each
+URLs are given (NATS with a user per service and per tenant, each service with its own PostgreSQL
+role: see ``tessera.cli.up_auth``), runs every migration, starts the devcluster unless a kubeconfig
+is given (see ``tessera.cli.devcluster``), starts the six services under a supervisor, waits for each
 one's ``/readyz``, writes ``endpoints.json`` and prints what runs where. SIGINT/SIGTERM stop the
 services (SIGTERM, then SIGKILL after a timeout), then NATS, then PostgreSQL. A second run reuses
 the data and, where still free, the same ports.
@@ -23,14 +24,17 @@ from types import FrameType
 import httpx
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from tessera.cli.devcluster import DEFAULT_DEVCLUSTER_PORT, DevclusterProcess, write_default_cluster
+from tessera.cli.infra_watch import InfraWatch
 from tessera.cli.supervisor import ServiceSpec, Supervisor
+from tessera.cli.up_auth import ServiceAccess, StackAuth, TenantWatch, tenants_now
+from tessera.cli.up_console import _console_sink, _print_table
+from tessera.cli.webhook import register_webhook
 from tessera.core.embedded import (
     ComponentError,
     Endpoints,
+    ManagedProcess,
     NatsServer,
     PostgresServer,
     ServiceEndpoint,
@@ -51,10 +55,10 @@ DEFAULT_SERVICE_PORTS = {
     "checkpoint": 18085,
 }
 HOST = "127.0.0.1"
-_STYLES = ("cyan", "green", "yellow", "magenta", "blue", "bright_red")
 
 Migrate = Callable[[str], None]
 ServiceArgv = Callable[[str], list[str]]
+Access = Callable[[str], ServiceAccess]
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,7 @@ def start_devcluster(
         host=HOST,
         nats_url=nats_url,
         checkpoint_root=(state.root / "checkpoints").as_uri(),
+        state_file=state.devcluster_state,
     )
     with console.status(f"Starting the devcluster on {devcluster.url} ({cluster_file.name})…"):
         stack.callback(_stopping, console, "devcluster", devcluster.stop)
@@ -122,6 +127,10 @@ def start_devcluster(
         f"kubeconfig {devcluster.kubeconfig}"
     )
     return devcluster
+
+
+SINGLE_LEADERS = ("scheduler", "slicing")
+"""Services that elect a leader on a Lease when they have replicas; `tessera up` runs one of each."""
 
 
 def plan_services(
@@ -136,20 +145,29 @@ def plan_services(
     cluster_file: Path | None = None,
     devcluster_url: str | None = None,
     otlp_endpoint: str | None = None,
+    access: Access | None = None,
 ) -> tuple[list[ServiceSpec], Endpoints]:
-    """How to launch each service, and the endpoints it will serve."""
+    """How to launch each service, and the endpoints it will serve. ``access`` gives each service its
+    own NATS user and PostgreSQL role; without it every service uses ``nats_url`` and ``database_url``."""
     specs: list[ServiceSpec] = []
     services: dict[str, ServiceEndpoint] = {}
     for name in names:
         prefix = f"TESSERA_{name.upper()}_"
+        own = access(name) if access is not None else ServiceAccess(nats_url, database_url)
         env = {
-            "TESSERA_NATS_URL": nats_url,
-            "TESSERA_DATABASE_URL": database_url,
+            "TESSERA_NATS_URL": own.nats_url,
+            "TESSERA_DATABASE_URL": own.database_url,
             prefix + "HTTP_HOST": HOST,
             prefix + "HTTP_PORT": str(ports[name]),
         }
+        if own.nats_inbox_prefix is not None:  # its user may read replies on this prefix only
+            env[prefix + "NATS_INBOX_PREFIX"] = own.nats_inbox_prefix
         if kubeconfig is not None:
             env["TESSERA_KUBECONFIG"] = str(kubeconfig)
+            if name in SINGLE_LEADERS:
+                # one replica, restarted by the supervisor only once it has died: no lease to wait
+                # out (a restarted process is a new candidate and would wait for its own old lease)
+                env[prefix + "LEADER_ELECTION__ENABLED"] = "false"
         if otlp_endpoint is not None:  # the OpenTelemetry SDK's own variable (see core's tracing)
             env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp_endpoint
         if name == "admission":  # the local stack is open unless the caller asks for tokens
@@ -203,16 +221,22 @@ def run_up(
     previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         with state.exclusive(), contextlib.ExitStack() as stack:
-            nats_url, database_url = _start_infra(options, state, console, stack)
+            # a run killed with SIGKILL left its endpoints behind: nothing answers there yet
+            state.endpoints_file.unlink(missing_ok=True)
+            auth = StackAuth(state, SERVICES)
+            nats_url, database_url, infra = _start_infra(options, state, console, stack, auth)
             with console.status("Running migrations…"):
                 try:
                     (migrate or migrate_all)(database_url)
                 except Exception as err:
                     raise ComponentError("migrations", f"{type(err).__name__}: {err}") from err
             console.print("[green]✓[/] migrations applied")
+            _grant_roles(auth, infra, database_url, console)
             kubeconfig, devcluster = options.kubeconfig, None
             if kubeconfig is None and options.devcluster:
-                devcluster = start_devcluster(options, state, console, stack, nats_url)
+                devcluster = start_devcluster(
+                    options, state, console, stack, auth.devcluster_nats_url(nats_url)
+                )
                 kubeconfig = devcluster.kubeconfig
             elif kubeconfig is None:
                 console.print("[yellow]![/] no Kubernetes cluster: --no-devcluster and no --kubeconfig")
@@ -232,10 +256,13 @@ def run_up(
                 cluster_file=options.cluster_file,
                 devcluster_url=devcluster.url if devcluster else None,
                 otlp_endpoint=options.otlp_endpoint,
+                access=lambda name: auth.access(name, nats_url, database_url),
             )
             # from here on the event loop owns SIGINT/SIGTERM; teardown below must not be interrupted
             stack.callback(_ignore_stop_signals)
-            return asyncio.run(_serve(options, state, console, specs, endpoints, devcluster))
+            nats = next((s for s in infra if isinstance(s, NatsServer)), None)
+            watch = TenantWatch(auth, nats, database_url, _no_sink) if nats is not None else None
+            return asyncio.run(_serve(options, state, console, specs, endpoints, devcluster, infra, watch))
     except (ComponentError, StateDirBusy) as err:
         console.print(f"[red]error:[/] {escape(str(err))}", soft_wrap=True)
         return 1
@@ -252,10 +279,31 @@ def _ignore_stop_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
+def _no_sink(name: str, line: str) -> None:
+    return None
+
+
+def _grant_roles(auth: StackAuth, infra: Sequence[ManagedProcess], admin_url: str, console: Console) -> None:
+    """Each service's PostgreSQL role, when ``tessera up`` runs PostgreSQL (a given database is used
+    as given)."""
+    pg = next((s for s in infra if isinstance(s, PostgresServer)), None)
+    if pg is None:
+        return
+    with console.status("Granting each service its PostgreSQL role…"):
+        try:
+            auth.grant_roles(pg, admin_url)
+        except Exception as err:
+            raise ComponentError("postgres roles", f"{type(err).__name__}: {err}", pg.log_file) from err
+    console.print("[green]✓[/] a PostgreSQL role per service, each limited to its schema")
+
+
 def _start_infra(
-    options: UpOptions, state: StateDir, console: Console, stack: contextlib.ExitStack
-) -> tuple[str, str]:
-    """Start what no URL was given for; stops are pushed on ``stack`` (NATS stops before PostgreSQL)."""
+    options: UpOptions, state: StateDir, console: Console, stack: contextlib.ExitStack, auth: StackAuth
+) -> tuple[str, str, list[ManagedProcess]]:
+    """Start what no URL was given for; stops are pushed on ``stack`` (NATS stops before PostgreSQL).
+    Returns the URLs (NATS's as its admin user) and the servers started, which ``_serve`` restarts
+    when they die. NATS runs with a user per service and per tenant of the queue configuration."""
+    started: list[ManagedProcess] = []
     database_url = options.database_url
     if database_url is None:
         pg = PostgresServer(
@@ -268,6 +316,7 @@ def _start_infra(
             stack.callback(_stopping, console, "postgres", pg.cleanup)
             pg.start(timeout=options.ready_timeout)
         state.remember_ports({"postgres": pg.port})
+        started.append(pg)
         database_url = pg.url
         console.print(f"[green]✓[/] postgres ready on {HOST}:{pg.port} ({verb} its data)")
     else:
@@ -279,15 +328,20 @@ def _start_infra(
             port=state.choose_port("nats", options.default_port(DEFAULT_NATS_PORT)),
             log_file=state.log_file("nats"),
         )
+        auth.nats_server(nats, tenants_now(database_url))
         with console.status(f"Starting NATS with JetStream on {HOST}:{nats.port}…"):
             stack.callback(_stopping, console, "nats", nats.stop)
             nats.start(timeout=options.ready_timeout)
         state.remember_ports({"nats": nats.port})
-        nats_url = nats.url
-        console.print(f"[green]✓[/] nats ready on {HOST}:{nats.port} (JetStream store {state.nats_store})")
+        started.append(nats)
+        nats_url = auth.admin_nats_url(nats.url)
+        console.print(
+            f"[green]✓[/] nats ready on {HOST}:{nats.port} (JetStream store {state.nats_store}; "
+            f"a user per service and per tenant, {auth.nats.config_file})"
+        )
     else:
         console.print("[green]✓[/] nats: using the given URL")
-    return nats_url, database_url
+    return nats_url, database_url, started
 
 
 def _stopping(console: Console, component: str, stop: Callable[[], None]) -> None:
@@ -302,46 +356,45 @@ async def _serve(
     specs: list[ServiceSpec],
     endpoints: Endpoints,
     devcluster: DevclusterProcess | None = None,
+    infra: Sequence[ManagedProcess] = (),
+    tenant_watch: TenantWatch | None = None,
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    supervisor = Supervisor(
-        specs, sink=_console_sink(console, [s.name for s in specs]), stop_timeout=options.stop_timeout
-    )
-    lost: list[str] = []
-    watch = loop.create_task(_watch_devcluster(devcluster, stop, lost)) if devcluster else None
+    # NATS, PostgreSQL and the devcluster (which restores its state file) are restarted in place
+    # when they die; the services ride the outage out
+    watched = [*infra, *([devcluster] if devcluster is not None else [])]
+    sink = _console_sink(console, [s.component for s in watched] + [s.name for s in specs])
+    supervisor = Supervisor(specs, sink=sink, stop_timeout=options.stop_timeout)
+    infra_watches = [
+        loop.create_task(InfraWatch(server, sink, ready_timeout=options.ready_timeout).run(stop))
+        for server in watched
+    ]
+    if tenant_watch is not None:  # tenants of queues applied from now on get their NATS users
+        tenant_watch.sink = sink
+        infra_watches.append(loop.create_task(tenant_watch.run(stop)))
     try:
         await supervisor.start()
         if await _wait_ready(supervisor, endpoints, options.ready_timeout, stop, console):
+            if devcluster is not None and endpoints.admission_api_url:
+                # kubectl apply of a workload labelled tessera.io/queue is held for admission
+                await asyncio.to_thread(register_webhook, devcluster.kubeconfig, endpoints.admission_api_url)
             write_endpoints(state.endpoints_file, endpoints)
             _print_table(console, state, endpoints, devcluster, options.otlp_endpoint)
             await stop.wait()
-        for reason in lost:
-            console.print(f"[red]error:[/] {escape(reason)}", soft_wrap=True)
         console.print("stopping services…")
     finally:
-        if watch is not None:
-            watch.cancel()
+        for task in infra_watches:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await watch
+                await task
         await supervisor.stop()
         state.endpoints_file.unlink(missing_ok=True)
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-    return 1 if lost else 0
-
-
-async def _watch_devcluster(devcluster: DevclusterProcess, stop: asyncio.Event, lost: list[str]) -> None:
-    """A devcluster that dies takes the cluster with it (a restart would be an empty one): stop all."""
-    while not stop.is_set():
-        if not devcluster.is_running:
-            lost.append(f"devcluster: exited; everything stops (log: {devcluster.log_file})")
-            stop.set()
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=1.0)
+    return 0
 
 
 async def _wait_ready(
@@ -383,49 +436,3 @@ async def _is_ready(client: httpx.AsyncClient, url: str) -> bool:
         return (await client.get(url)).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-def _console_sink(console: Console, names: list[str]) -> Callable[[str, str], None]:
-    width = max((len(n) for n in names), default=0)
-    styles = {n: _STYLES[i % len(_STYLES)] for i, n in enumerate(names)}
-
-    def sink(name: str, line: str) -> None:
-        label = Text(f"{name:<{width}} | ", style=styles.get(name, "white"))
-        console.print(label + Text(line), soft_wrap=True, highlight=False)
-
-    return sink
-
-
-def _print_table(
-    console: Console,
-    state: StateDir,
-    endpoints: Endpoints,
-    devcluster: DevclusterProcess | None = None,
-    otlp_endpoint: str | None = None,
-) -> None:
-    table = Table(title="Tessera is up", title_justify="left", caption=f"state and logs under {state.root}")
-    for column in ("component", "url", "log"):
-        table.add_column(column, overflow="fold")
-    logs = state.logs.name
-    table.add_row("postgres", _hide_password(endpoints.database_url), f"{logs}/postgres.log")
-    table.add_row("nats", endpoints.nats_url, f"{logs}/nats.log")
-    if devcluster is not None:
-        table.add_row("devcluster", devcluster.url, f"{logs}/devcluster.log")
-    for name, ep in endpoints.services.items():
-        table.add_row(name, ep.base_url, f"{logs}/{name}.log")
-    if endpoints.admission_api_url:
-        table.add_row("admission API", endpoints.admission_api_url, "")
-    if otlp_endpoint:
-        table.add_row("traces (OTLP)", otlp_endpoint, "")
-    console.print(table)
-    if endpoints.kubeconfig:
-        console.print(f"kubectl --kubeconfig {endpoints.kubeconfig} get nodes,pods -o wide")
-    console.print(f"endpoints: {state.endpoints_file}   stop with Ctrl-C")
-
-
-def _hide_password(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    auth, at, host = rest.rpartition("@")
-    if not at or ":" not in auth:
-        return url
-    return f"{scheme}{sep}{auth.split(':', 1)[0]}:***@{host}"

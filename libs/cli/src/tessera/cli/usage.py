@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tessera.cli.client import state_dir
 from tessera.cli.endpoints import telemetry_url
 
 app = typer.Typer(
@@ -66,7 +67,7 @@ def fetch(
         params["tenant"] = tenant
     token = os.environ.get("TESSERA_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    base = api or telemetry_url()
+    base = api or telemetry_url(state_dir())
     try:
         response = httpx.get(f"{base}/v1/usage", params=params, headers=headers, timeout=30)
     except httpx.HTTPError as exc:
@@ -77,6 +78,8 @@ def fetch(
             detail = response.json().get("detail", response.text)
         except ValueError:
             detail = response.text
+        if isinstance(detail, list):  # validation errors: where, and why
+            detail = "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in detail if isinstance(e, dict))
         err.print(f"[red]error {response.status_code}[/]: {detail}")
         raise typer.Exit(1)
     body: dict[str, Any] = response.json()

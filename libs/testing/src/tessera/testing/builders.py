@@ -15,11 +15,15 @@ def an_envelope(message: Message, *, source: str = "tessera/test", **headers: st
     return decode(subject, {**encoded_headers, **headers}, body)
 
 
+TRAINING_IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+
+
 class JobSpecBuilder:
     """`a_job("train").tenant("team-a").group("workers", replicas=4, gpus=8).build()`."""
 
     def __init__(self, name: str) -> None:
         self._spec: dict[str, Any] = {"name": name, "tenant": "tenant", "pod_groups": []}
+        self._image: str | None = None
 
     def tenant(self, tenant: str) -> JobSpecBuilder:
         self._spec["tenant"] = tenant
@@ -45,6 +49,11 @@ class JobSpecBuilder:
         self._spec["pod_groups"].append(group)
         return self
 
+    def image(self, image: str = TRAINING_IMAGE) -> JobSpecBuilder:
+        """Every pod group runs ``image`` (a template with one container): a job that runs on a cluster."""
+        self._image = image
+        return self
+
     def with_(self, **fields: Any) -> JobSpecBuilder:
         self._spec.update(fields)
         return self
@@ -53,6 +62,11 @@ class JobSpecBuilder:
         spec = dict(self._spec)
         if not spec["pod_groups"]:
             spec["pod_groups"] = [{"name": "workers", "replicas": 1, "gpu": {"count": 1}}]
+        if self._image is not None:
+            container = {"name": "main", "image": self._image}
+            spec["pod_groups"] = [
+                {"template": {"spec": {"containers": [container]}}, **group} for group in spec["pod_groups"]
+            ]
         return spec
 
     def build(self) -> JobSpec:

@@ -7,13 +7,21 @@ Both run in one process against the same NATS and PostgreSQL (embedded ones unle
 consumer cost over a bare publish. Besides the path flat out (producers, relay and consumer at once)
 and its latency paced at a share of that rate, two figures split it: the producers alone (each
 transaction commits one event; the relay is off) and the bus alone (relay and consumer carrying a
-backlog the producers committed beforehand). CPU is this process's, in microseconds per message."""
+backlog the producers committed beforehand). CPU is this process's, in microseconds per message.
+
+Each producer transaction commits one event unless `--events-per-commit` says more (a scheduler cycle
+or a batch handler records several events in one transaction); durability is the same either way:
+every event is committed before it is published and handled once. `--baseline-linger-ms` runs the
+flat-out and paced paths also with the relay lingering that long after a wake (0: the relay as it
+was before it lingered), alternating with the default `--repeat` times (ABBA order), for a before/after
+ratio taken in one run."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -53,6 +61,18 @@ class Ping(Message):
         return str(self.n)
 
 
+class CountingRelay(OutboxRelay):
+    """The relay, counting its rounds that published something: rows per round is how well it
+    batches, a figure the machine's load does not blur the way it blurs rates."""
+
+    rounds = 0
+
+    async def publish_batch_outcomes(self) -> tuple[int, int]:
+        published, failed = await super().publish_batch_outcomes()
+        self.rounds += 1 if published else 0
+        return published, failed
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -83,6 +103,8 @@ async def outbox_path(
     rate_per_s: float | None = None,
     *,
     backlog: bool = False,
+    events_per_commit: int = 1,
+    linger_s: float | None = None,
 ) -> dict[str, float]:
     """Flat out when `rate_per_s` is None (throughput), else paced at that rate (latency). With
     `backlog`, the producers commit every message first (timed alone), then the relay and the
@@ -116,7 +138,9 @@ async def outbox_path(
     def uow() -> UnitOfWork:
         return UnitOfWork(sessions, outbox, inbox, "bench")
 
-    relay = OutboxRelay(js, sessions, outbox, metrics, stop, poll_s=0.01)
+    relay = CountingRelay(js, sessions, outbox, metrics, stop, poll_s=0.01)
+    if linger_s is not None:
+        relay.linger_s = linger_s
     consumer = ConsumerRunner(
         js,
         ConsumerSpec(
@@ -139,11 +163,14 @@ async def outbox_path(
     cpu_started = time.process_time()
 
     async def produce(worker: int) -> None:
-        for n in range(worker, messages, producers):
+        step = producers * events_per_commit
+        for first in range(worker * events_per_commit, messages, step):
             if rate_per_s:
-                await asyncio.sleep(max(0.0, started + n / rate_per_s - time.perf_counter()))
+                await asyncio.sleep(max(0.0, started + first / rate_per_s - time.perf_counter()))
             async with uow() as unit:
-                await unit.publish(Ping(n=n, sent_at=datetime.now(UTC)))
+                now = datetime.now(UTC)
+                last = min(first + events_per_commit, messages)
+                await unit.publish_many([Ping(n=n, sent_at=now) for n in range(first, last)])
                 await unit.commit()
             relay.wake()
 
@@ -168,7 +195,33 @@ async def outbox_path(
         "e2e_p50_ms": statistics.median(latencies),
         "e2e_p99_ms": percentile(latencies, 0.99),
         "cpu_us": cpu_us,
+        "rows_per_round": messages / max(1, relay.rounds),
     }
+
+
+async def flat_out_and_paced(
+    nats_url: str, database_url: str, args: argparse.Namespace, linger_s: float | None
+) -> dict[str, float]:
+    """The path flat out, then paced at `args.load` of the rate it reached."""
+    shape = {"events_per_commit": args.events_per_commit, "linger_s": linger_s}
+    flat_out = await outbox_path(nats_url, database_url, args.messages, args.producers, **shape)
+    paced_rate = flat_out["e2e_per_s"] * args.load
+    print(f"  flat out {flat_out['e2e_per_s']:.0f}/s; paced at {paced_rate:.0f}/s ...", file=sys.stderr)
+    paced = await outbox_path(nats_url, database_url, args.messages, args.producers, paced_rate, **shape)
+    return {
+        "e2e_per_s": flat_out["e2e_per_s"],
+        "e2e_p50_ms": paced["e2e_p50_ms"],
+        "e2e_p99_ms": paced["e2e_p99_ms"],
+        "saturated_p50_ms": flat_out["e2e_p50_ms"],
+        "saturated_p99_ms": flat_out["e2e_p99_ms"],
+        "e2e_cpu_us_per_msg": flat_out["cpu_us"],
+        "relay_rows_per_round": flat_out["rows_per_round"],
+        "paced_relay_rows_per_round": paced["rows_per_round"],
+    }
+
+
+def medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -187,6 +240,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         pg.start()
         handles.append(pg)
         database_url = pg.url
+    load_before = os.getloadavg()[0]
+    baseline = None if args.baseline_linger_ms is None else args.baseline_linger_ms / 1000
     try:
         nc = await nats.connect(nats_url)
         await ensure_stream(nc.jetstream(), SERVICE, StreamLimits(max_bytes=4 * 1024**3))
@@ -195,37 +250,53 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"raw JetStream publish: {args.messages} messages ...", file=sys.stderr)
         raw = await raw_publish_rate(nats_url, args.messages, args.window)
         print("producers alone, then relay and consumer alone ...", file=sys.stderr)
-        split = await outbox_path(nats_url, database_url, args.messages, args.producers, backlog=True)
-        print(
-            f"outbox -> relay -> consumer: {args.messages} messages, {args.producers} producers ...",
-            file=sys.stderr,
+        split = await outbox_path(
+            nats_url,
+            database_url,
+            args.messages,
+            args.producers,
+            backlog=True,
+            events_per_commit=args.events_per_commit,
         )
-        flat_out = await outbox_path(nats_url, database_url, args.messages, args.producers)
-        paced_rate = flat_out["e2e_per_s"] * args.load
-        print(
-            f"outbox -> relay -> consumer paced at {paced_rate:.0f}/s ({args.load:.0%} of that) ...",
-            file=sys.stderr,
-        )
-        paced = await outbox_path(nats_url, database_url, args.messages, args.producers, paced_rate)
+        before: list[dict[str, float]] = []
+        after: list[dict[str, float]] = []
+        for repetition in range(args.repeat):
+            # baseline first in even repetitions, last in odd ones, so a trend in the machine's load
+            # favours neither side
+            order = [True, False] if repetition % 2 == 0 else [False, True]
+            for is_baseline in order if baseline is not None else [False]:
+                label = f"lingering {args.baseline_linger_ms} ms" if is_baseline else "as configured"
+                print(f"[{repetition + 1}] relay {label}:", file=sys.stderr)
+                runs = before if is_baseline else after
+                runs.append(
+                    await flat_out_and_paced(nats_url, database_url, args, baseline if is_baseline else None)
+                )
     finally:
         for handle in handles:
             handle.close()
-    return {
+    result: dict[str, Any] = {
         "raw_publish_per_s": raw,
-        "e2e_per_s": flat_out["e2e_per_s"],
-        "e2e_p50_ms": paced["e2e_p50_ms"],
-        "e2e_p99_ms": paced["e2e_p99_ms"],
+        **medians(after),
         "latency_at_load": args.load,
-        "saturated_p50_ms": flat_out["e2e_p50_ms"],
-        "saturated_p99_ms": flat_out["e2e_p99_ms"],
-        "e2e_cpu_us_per_msg": flat_out["cpu_us"],
         "producers_per_s": split["producers_per_s"],
         "producers_cpu_us_per_msg": split["producers_cpu_us"],
         "bus_per_s": split["bus_per_s"],
         "bus_cpu_us_per_msg": split["bus_cpu_us"],
         "messages": args.messages,
         "producers": args.producers,
+        "events_per_commit": args.events_per_commit,
+        "repetitions": args.repeat,
+        "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
+    if before:
+        result["baseline"] = {"relay_linger_ms": args.baseline_linger_ms, **medians(before)}
+        result["ratio_e2e_per_s"] = [
+            a["e2e_per_s"] / b["e2e_per_s"] for a, b in zip(after, before, strict=True)
+        ]
+        result["ratio_e2e_p99_ms"] = [
+            a["e2e_p99_ms"] / b["e2e_p99_ms"] for a, b in zip(after, before, strict=True)
+        ]
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -243,12 +314,29 @@ def main(argv: list[str] | None = None) -> None:
         default=0.5,
         help="latency is measured paced at this share of the measured throughput (default 0.5)",
     )
+    parser.add_argument(
+        "--events-per-commit",
+        type=int,
+        default=1,
+        help="events each producer transaction commits, with one statement (default 1)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="repetitions of the flat-out and paced paths (default 1)"
+    )
+    parser.add_argument(
+        "--baseline-linger-ms",
+        type=float,
+        help="also run the paths with the relay lingering this long after a wake (0: as before it "
+        "lingered), alternating with the relay as configured, for a before/after ratio",
+    )
     parser.add_argument("--nats-url", help="an existing NATS with JetStream (default: start an embedded one)")
     parser.add_argument("--database-url", help="an existing PostgreSQL (default: start an embedded one)")
     parser.add_argument("--json", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
-    if args.messages < 1 or args.producers < 1 or args.window < 1:
-        parser.error("--messages, --producers and --window must be at least 1")
+    if min(args.messages, args.producers, args.window, args.events_per_commit, args.repeat) < 1:
+        parser.error("--messages, --producers, --window, --events-per-commit and --repeat must be at least 1")
+    if args.baseline_linger_ms is not None and args.baseline_linger_ms < 0:
+        parser.error("--baseline-linger-ms must not be negative")
     if not 0 < args.load <= 1:
         parser.error("--load must be in (0, 1]")
     result = asyncio.run(run(args))
@@ -273,6 +361,27 @@ def main(argv: list[str] | None = None) -> None:
         f"{result['bus_cpu_us_per_msg']:>12.0f}"
     )
     print(f"ratio raw / e2e: {result['raw_publish_per_s'] / result['e2e_per_s']:.1f}x")
+    if "baseline" in result:
+        base = result["baseline"]
+        print(
+            f"baseline (relay lingering {base['relay_linger_ms']} ms): {base['e2e_per_s']:.0f}/s flat out, "
+            f"p99 {base['e2e_p99_ms']:.1f} ms paced; after / before per repetition: "
+            + ", ".join(f"{r:.2f}" for r in result["ratio_e2e_per_s"])
+            + " (rate), "
+            + ", ".join(f"{r:.2f}" for r in result["ratio_e2e_p99_ms"])
+            + " (p99)"
+        )
+    print(
+        f"relay rows per round: {result['relay_rows_per_round']:.1f} flat out, "
+        f"{result['paced_relay_rows_per_round']:.1f} paced"
+        + (
+            f" (baseline {result['baseline']['relay_rows_per_round']:.1f}, "
+            f"{result['baseline']['paced_relay_rows_per_round']:.1f})"
+            if "baseline" in result
+            else ""
+        )
+    )
+    print(f"load average (1 min) at start and end: {result['load_average_1m']}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -302,7 +302,7 @@ def write_report(rows: list[Any], start: datetime, end: datetime, directory: Pat
     from rich.console import Console
 
     from tessera.cli import usage as cli
-    from tessera.telemetry.domain.usage import GroupBy, totals
+    from tessera.telemetry.domain.usage_report import GroupBy, totals
 
     def out(t: Any) -> dict[str, Any]:
         return {

@@ -47,6 +47,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "evaluation": {"evaluation": {"enabled": True}},
     "ha": merged(values_file("production.yaml"), values_file("ha.yaml")),
     "half-disabled": merged(values_file("production.yaml"), values_file("half-disabled.yaml")),
+    "cert-manager": merged(values_file("production.yaml"), values_file("cert-manager.yaml")),
 }
 
 

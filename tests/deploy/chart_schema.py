@@ -36,11 +36,20 @@ SETTINGS: dict[str, type[BaseSettings]] = {
     "checkpoint": CheckpointSettings,
 }
 # Settings the chart sets from its own values (or from the pod), never from <service>.settings.
-CHART_OWNED = {"nats_url", "database_url", "http_host", "http_port", "log_level", "kubeconfig"}
+CHART_OWNED = {
+    "nats_url",
+    "nats_inbox_prefix",
+    "database_url",
+    "http_host",
+    "http_port",
+    "log_level",
+    "kubeconfig",
+}
 CHART_OWNED_BY_SERVICE = {
     "telemetry": {"node_name", "source"},
-    "admission": {"admin_token"},
+    "admission": {"admin_token", "webhook", "namespace"},
     "scheduler": {"namespace"},
+    "forecaster": {"metrics_tls"},
 }
 _DROPPED_KEYS = ("title", "default")
 
@@ -161,7 +170,7 @@ def service_schema(service: str) -> dict[str, Any]:
                 }
             ),
         }
-    if service in ("scheduler", "checkpoint"):
+    if service in ("scheduler", "checkpoint", "forecaster", "slicing", "admission"):
         properties |= {
             "kubernetesApi": _closed({"enabled": {"type": "boolean"}}),
             "rbac": _closed(
@@ -175,9 +184,66 @@ def service_schema(service: str) -> dict[str, Any]:
         }
     if service == "scheduler":
         properties["jobNamespace"] = _string("where the pods and PodGroups of admitted jobs are made")
+    if service == "forecaster":
+        properties["grpcPort"] = {"type": "integer", "minimum": 1, "maximum": 65535}
+        properties["externalMetrics"] = _external_metrics()
     if service == "admission":
         properties["adminToken"] = _closed({"existingSecret": _string(), "key": _string()})
+        properties["jobNamespace"] = _string("where the Jobs and Service of submitted jobs are made")
+        properties["webhook"] = _webhook()
     return _closed(properties, f"the {service} service")
+
+
+def _webhook() -> dict[str, Any]:
+    issuer = _closed(
+        {
+            "name": _string("an Issuer or ClusterIssuer; empty: the chart's"),
+            "kind": _string(enum=["Issuer", "ClusterIssuer"]),
+        }
+    )
+    return _closed(
+        {
+            "enabled": {"type": "boolean"},
+            "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+            "timeoutSeconds": {"type": "integer", "minimum": 1, "maximum": 30},
+            "certManager": _closed(
+                {
+                    "enabled": {"type": "boolean"},
+                    "issuerRef": issuer,
+                    "duration": _string(
+                        "a Go duration, e.g. 2160h", pattern="^([0-9]+(\\.[0-9]+)?(h|m|s))*$"
+                    ),
+                }
+            ),
+            "selfSigned": _closed({"validityDays": {"type": "integer", "minimum": 1}}),
+        },
+        "the mutating webhook over HTTPS and its certificate",
+    )
+
+
+def _external_metrics() -> dict[str, Any]:
+    return _closed(
+        {
+            "apiService": _closed({"enabled": {"type": "boolean"}}),
+            "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+            "certManager": _closed(
+                {
+                    "enabled": {"type": "boolean"},
+                    "issuerRef": _closed(
+                        {
+                            "name": _string("your Issuer or ClusterIssuer (required with cert-manager)"),
+                            "kind": _string(enum=["Issuer", "ClusterIssuer"]),
+                        }
+                    ),
+                    "duration": _string(
+                        "a Go duration, e.g. 2160h", pattern="^([0-9]+(\\.[0-9]+)?(h|m|s))*$"
+                    ),
+                }
+            ),
+            "selfSigned": _closed({"validityDays": {"type": "integer", "minimum": 1}}),
+        },
+        "the external metrics API over HTTPS and its APIService",
+    )
 
 
 def _store(image: str) -> dict[str, Any]:
@@ -199,7 +265,17 @@ def schema() -> dict[str, Any]:
         {
             "image": image,
             "imagePullSecrets": {"type": "array", "items": {"type": "object"}},
-            "nats": _closed({"url": _string("nats://host:4222", pattern="^(nats://.*)?$")}),
+            "nats": _closed(
+                {
+                    "url": _string("nats://host:4222", pattern="^(nats://.*)?$"),
+                    "auth": _closed(
+                        {
+                            "enabled": {"type": "boolean"},
+                            "existingSecret": _string("a Secret with each service's NATS password"),
+                        }
+                    ),
+                }
+            ),
             "database": _closed(
                 {
                     "url": _string("postgresql://...", pattern="^(postgres(ql)?(\\+asyncpg)?://.*)?$"),
@@ -214,6 +290,12 @@ def schema() -> dict[str, Any]:
     )
     nats, postgres = _store("NATS"), _store("PostgreSQL")
     nats["properties"].pop("password")
+    nats["properties"]["tenants"] = {
+        "type": "array",
+        "description": "tenants whose publishers get a NATS user",
+        "items": _string(pattern="^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"),
+        "uniqueItems": True,
+    }
     properties: dict[str, Any] = {
         "global": global_,
         "evaluation": _closed(

@@ -21,7 +21,15 @@ import yaml
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
-from tessera.cluster.rbac import CACHE_CALLS, CLIENT_CALLS, LEASE_CALLS, PORT_CALLS, SERVICE_CALLS, ApiCall
+from tessera.cluster.rbac import (
+    CACHE_CALLS,
+    CLIENT_CALLS,
+    CUSTOM_OBJECT_CALLS,
+    LEASE_CALLS,
+    PORT_CALLS,
+    SERVICE_CALLS,
+    ApiCall,
+)
 from tests.deploy.chart import NAMESPACE, SERVICES, VALUE_SETS, VALUES, Rendered, merged, notes, render
 from tests.deploy.chart_schema import CHART, SCHEMA, SETTINGS, rendered
 
@@ -30,7 +38,11 @@ ROOT = Path(__file__).parents[2]
 # kubernetes-validate knows.
 KUBE_VERSIONS = ("1.29", "1.31", kubernetes_validate.latest_version())
 # Kinds that are CustomResourceDefinitions, for which kubernetes-validate has no schema.
-CRD_KINDS = {"ServiceMonitor": "a Prometheus Operator CRD (monitoring.coreos.com): no built-in schema"}
+CRD_KINDS = {
+    "ServiceMonitor": "a Prometheus Operator CRD (monitoring.coreos.com): no built-in schema",
+    "Issuer": "a cert-manager CRD (cert-manager.io): no built-in schema",
+    "Certificate": "a cert-manager CRD (cert-manager.io): no built-in schema",
+}
 RESTRICTED_CONTAINER = {
     "runAsNonRoot": True,
     "allowPrivilegeEscalation": False,
@@ -41,6 +53,8 @@ RESTRICTED_CONTAINER = {
 # Read by the NVIDIA container runtime (to expose the driver's NVML to the telemetry pod), not by Tessera.
 CONTAINER_RUNTIME_ENV = {"telemetry": {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}}
 SHARED_ENV = {"TESSERA_NATS_URL", "TESSERA_DATABASE_URL", "TESSERA_KUBECONFIG"}
+# read by no service: Kubernetes puts it into TESSERA_NATS_URL ($(NATS_PASSWORD))
+EXPANDED_ENV = {"NATS_PASSWORD"}
 
 
 @pytest.fixture(scope="module", params=sorted(VALUE_SETS))
@@ -85,7 +99,7 @@ def test_every_rendered_object_is_valid_kubernetes(chart: Rendered, version: str
         except kubernetes_validate.ValidationError as error:
             path = ".".join(str(p) for p in error.path)
             pytest.fail(f"{name} is not valid Kubernetes {version}: {path}: {error.message}")
-    assert set(skipped) == ({"ServiceMonitor"} if chart.of_kind("ServiceMonitor") else set())
+    assert set(skipped) == {kind for kind in CRD_KINDS if chart.of_kind(kind)}
 
 
 def test_service_monitors_are_optional_and_scrape_metrics() -> None:
@@ -139,7 +153,7 @@ def granted(chart: Rendered, service: str) -> set[ApiCall]:
             assert namespace == NAMESPACE, "a release Role outside the release's namespace"
         else:
             scope = "namespace"
-            assert namespace == chart.values["scheduler"]["jobNamespace"], "a Role outside the job namespace"
+            assert namespace == chart.values[service]["jobNamespace"], "a Role outside the job namespace"
         for rule in role["rules"]:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
@@ -204,14 +218,17 @@ def calls_in_code(service: str) -> set[tuple[str, str, str]]:
         tree = ast.parse(text)
         if not any(m == k or m.startswith(f"{k}.") for m in _imports(tree) for k in KUBE_MODULES):
             continue
+        custom = CUSTOM_OBJECT_CALLS.get(service, {})  # its custom objects are not PodGroups
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr in PORT_CALLS:
+            if isinstance(node, ast.Attribute) and node.attr in custom:
+                found |= custom[node.attr]
+            elif isinstance(node, ast.Attribute) and node.attr in PORT_CALLS:
                 found |= PORT_CALLS[node.attr]
             elif isinstance(node, ast.Attribute) and node.attr in CLIENT_CALLS:
                 found.add(CLIENT_CALLS[node.attr])
             elif isinstance(node, ast.Name) and node.id == "ClusterCache":
                 found |= CACHE_CALLS
-            elif isinstance(node, ast.Name) and node.id == "KubernetesLeaseLock":
+            elif isinstance(node, ast.Name) and node.id in ("KubernetesLeaseLock", "leader_elector"):
                 found |= LEASE_CALLS
     return {call.unscoped() for call in found}
 
@@ -241,7 +258,10 @@ def test_probes_ask_each_service_on_its_real_port(chart: Rendered) -> None:
         default_port = SETTINGS[service].model_fields["http_port"].default
         assert env[f"{prefix}HTTP_HOST"] == "0.0.0.0"
         assert int(env[f"{prefix}HTTP_PORT"]) == default_port
-        assert container["ports"] == [{"name": "http", "containerPort": default_port, "protocol": "TCP"}]
+        assert container["ports"][0] == {"name": "http", "containerPort": default_port, "protocol": "TCP"}
+        assert [p["name"] for p in container["ports"][1:]] == (
+            ["webhook"] if service == "admission" and chart.values[service]["webhook"]["enabled"] else []
+        )
         assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
         assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
         assert container["command"] == ["python", "-m", f"tessera.{service}"]
@@ -256,7 +276,7 @@ def accepted_env(service: str) -> set[str]:
     """Every variable the service's settings read: TESSERA_<SERVICE>_<FIELD> (nested with __), the
     aliases (TESSERA_NATS_URL, ...), and OpenTelemetry's OTEL_* (matched by prefix by the caller)."""
     prefix = f"TESSERA_{service.upper()}_"
-    names: set[str] = set(SHARED_ENV)
+    names: set[str] = SHARED_ENV | EXPANDED_ENV
 
     def walk(model: type[Any], base: str) -> None:
         for name, field in model.model_fields.items():
@@ -284,14 +304,19 @@ def test_every_variable_the_chart_sets_is_a_setting_the_service_reads(chart: Ren
 
 
 def _settings_from(env: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment as the kubelet makes it: Secrets read, $(VAR) of earlier variables expanded."""
+    made: dict[str, str] = {}
     for entry in env:
         if "value" in entry:
-            value = entry["value"]
+            value = re.sub(r"\$\((\w+)\)", lambda m: made.get(m[1], m[0]), entry["value"])
+        elif entry["name"] == "NATS_PASSWORD":
+            value = "s3cret"
         elif "secretKeyRef" in entry["valueFrom"]:
             value = "postgresql://tessera:secret@postgres:5432/tessera"
         else:
             assert entry["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
             value = "gpu-node-1"
+        made[entry["name"]] = value
         monkeypatch.setenv(entry["name"], value)
 
 
@@ -323,7 +348,8 @@ def test_each_service_settles_its_settings_from_the_rendered_environment(
                 settings: Any = settings_class()
             except ValidationError as error:
                 pytest.fail(f"{service} cannot start with the chart's environment: {error}")
-        assert settings.nats_url == "nats://nats.nats.svc:4222"
+        assert settings.nats_url == f"nats://tessera-{service}:s3cret@nats.nats.svc:4222"
+        assert settings.nats_inbox_prefix == f"_INBOX_tessera-{service}"
         assert settings.database_url.get_secret_value().startswith("postgresql://")
         assert settings.http_host == "0.0.0.0"
         assert str(getattr(settings, "kubeconfig", None) or "") == (
@@ -411,10 +437,17 @@ def test_disabled_services_render_nothing() -> None:
 
 
 def test_production_uses_the_given_nats_and_database_secret(default: Rendered) -> None:
-    assert default.of_kind("StatefulSet") == [] and default.of_kind("Secret") == []
-    for _, _, container in workloads(default):
+    assert default.of_kind("StatefulSet") == []
+    assert [s["metadata"]["name"] for s in default.of_kind("Secret")] == ["tessera-admission-webhook-tls"]
+    for service, _, container in workloads(default):
         env = {e["name"]: e for e in container["env"]}
-        assert env["TESSERA_NATS_URL"]["value"] == "nats://nats.nats.svc:4222"
+        assert (
+            env["TESSERA_NATS_URL"]["value"]
+            == f"nats://tessera-{service}:$(NATS_PASSWORD)@nats.nats.svc:4222"
+        )
+        assert env["NATS_PASSWORD"]["valueFrom"] == {
+            "secretKeyRef": {"name": "tessera-nats-users", "key": service}
+        }
         assert env["TESSERA_DATABASE_URL"]["valueFrom"] == {
             "secretKeyRef": {"name": "tessera-database", "key": "url"}
         }
@@ -422,7 +455,8 @@ def test_production_uses_the_given_nats_and_database_secret(default: Rendered) -
 
 def test_a_database_url_value_is_kept_in_a_secret_the_chart_writes() -> None:
     url = "postgresql://tessera:pw@db.example:5432/tessera"
-    chart = render(merged({"global": {"nats": {"url": "nats://n:4222"}, "database": {"url": url}}}))
+    nats = {"url": "nats://n:4222", "auth": {"enabled": False}}
+    chart = render(merged({"global": {"nats": nats, "database": {"url": url}}}))
     secret = chart.get("Secret", "tessera-database")
     assert secret["stringData"] == {"url": url}
     assert secret["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
@@ -439,7 +473,7 @@ def test_evaluation_runs_nats_with_jetstream_and_postgres_in_the_chart() -> None
     assert secret["url"] == "postgresql://tessera:tessera@tessera-postgres:5432/tessera"
     for _, _, container in workloads(chart):
         env = {e["name"]: e for e in container["env"]}
-        assert env["TESSERA_NATS_URL"]["value"] == "nats://tessera-nats:4222"
+        assert env["TESSERA_NATS_URL"]["value"].endswith(":$(NATS_PASSWORD)@tessera-nats:4222")
     job = chart.get("Job", "tessera-migrate")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,pre-upgrade"
 

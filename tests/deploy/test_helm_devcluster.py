@@ -34,6 +34,18 @@ class Kubectl:
         assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {result.stderr}"
         return result.stdout
 
+    def failing(self, *args: str) -> str:
+        """The error of a command that must fail."""
+        result = subprocess.run(
+            [self.path, "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode != 0, f"kubectl {' '.join(args)} succeeded: {result.stdout}"
+        return result.stderr
+
 
 @pytest.fixture
 def kubectl(tmp_path: Path) -> Iterator[Kubectl]:
@@ -49,6 +61,22 @@ def kubectl(tmp_path: Path) -> Iterator[Kubectl]:
         yield run
     finally:
         server.stop()
+
+
+QUEUE = "tessera.io/queue"
+
+
+def _job(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]}
+            }
+        },
+    }
 
 
 def _write(path: Path, objects: list[dict[str, Any]]) -> Path:
@@ -79,8 +107,27 @@ def test_the_rendered_chart_is_accepted_and_its_crd_served(
     )
     role = json.loads(kubectl("get", "clusterrole", "tessera-scheduler", "-o", "json"))
     assert role["rules"] == chart.get("ClusterRole", "tessera-scheduler")["rules"]
-    jobs_role = json.loads(kubectl("get", "role", "tessera-scheduler", "-n", "default", "-o", "json"))
-    assert jobs_role["rules"] == chart.get("Role", "tessera-scheduler")["rules"]
+    # the scheduler creates no pods: its only Role is the Lease's, in the release's namespace
+    lease_role = json.loads(
+        kubectl("get", "role", "tessera-scheduler-release", "-n", NAMESPACE, "-o", "json")
+    )
+    assert lease_role["rules"] == chart.get("Role", "tessera-scheduler-release")["rules"]
+
+    # admission's webhook is registered: labelled Jobs go to the Service over TLS with the chart's
+    # CA, which the devcluster cannot reach (it calls URLs only), so Fail refuses them; an unlabelled
+    # Job is never sent to it
+    (stored,) = json.loads(kubectl("get", "mutatingwebhookconfiguration", "tessera-admission", "-o", "json"))[
+        "webhooks"
+    ]
+    (rendered,) = chart.get("MutatingWebhookConfiguration", "tessera-admission")["webhooks"]
+    assert stored["clientConfig"] == rendered["clientConfig"]
+    assert [{k: v for k, v in rule.items() if k != "scope"} for rule in stored["rules"]] == rendered["rules"]
+    kubectl("apply", "--server-side", "-f", str(_write(tmp_path / "free.yaml", [_job("free", {})])))
+    refused = kubectl.failing(
+        "apply", "--server-side", "-f", str(_write(tmp_path / "held.yaml", [_job("held", {QUEUE: "q"})]))
+    )
+    assert 'failed calling webhook "workloads.admission.tessera.io"' in refused
+    assert f"service {NAMESPACE}/tessera-admission" in refused
 
     # applying again (an upgrade with nothing changed) is accepted as well
     assert len(kubectl("apply", "--server-side", "-f", str(objects)).splitlines()) == len(chart.objects)

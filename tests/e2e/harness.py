@@ -90,6 +90,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, otlp_collector: OtlpCollecto
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("TESSERA_", "OTEL_"))},
         "OTEL_BSP_SCHEDULE_DELAY": EXPORT_DELAY_MS,
+        # a GPU held idle for 20 s is flagged (600 s in production), so the usage test sees one in time;
+        # the window spans several 5 s samples, so one sample taken while a pod starts flags nothing
+        "TESSERA_TELEMETRY_USAGE__IDLE_WINDOW_S": "20",
     }
     log = (state / "up.log").open("w")
     command = [sys.executable, "-m", "tessera.cli", "up", "--state-dir", str(state)]

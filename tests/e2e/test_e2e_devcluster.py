@@ -122,7 +122,8 @@ def test_a_job_submitted_with_the_cli_is_bound_runs_and_succeeds(stack: Stack, t
     job = tmp_path / "short-ddp.yaml"
     job.write_text(
         "name: short-ddp\ntenant: research\nestimated_duration_s: 40\n"
-        "pod_groups:\n  - {name: worker, replicas: 2, cpu: '8', memory: 64Gi, gpu: {count: 4}}\n"
+        "pod_groups:\n  - {name: worker, replicas: 2, cpu: '8', memory: 64Gi, gpu: {count: 4},\n"
+        "     template: {spec: {containers: [{name: ddp, image: 'pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime'}]}}}\n"
     )
     submitted = stack.tessera("jobs", "submit", str(job))
     assert submitted.returncode == 0, submitted.stderr

@@ -39,7 +39,8 @@ def job_file(tmp_path: Path, name: str, duration_s: int) -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"name: {name}\ntenant: {TENANT}\nestimated_duration_s: {duration_s}\n"
-        "pod_groups:\n  - {name: worker, replicas: 1, cpu: '2', memory: 8Gi, gpu: {count: 1}}\n"
+        "pod_groups:\n  - {name: worker, replicas: 1, cpu: '2', memory: 8Gi, gpu: {count: 1},\n"
+        "     template: {spec: {containers: [{name: main, image: 'pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime'}]}}}\n"
     )
     return path
 

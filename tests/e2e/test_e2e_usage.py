@@ -1,5 +1,6 @@
 """Usage and cost under `tessera up`: two tenants' jobs go through admission and the scheduler onto the
-devcluster, and `tessera usage --by tenant` shows both, each having used less than it held."""
+devcluster, and `tessera usage --by tenant` shows both, each having used less than it held, and the
+GPU one of them holds without using it flagged idle."""
 
 from __future__ import annotations
 
@@ -14,18 +15,55 @@ from tests.e2e.harness import Stack, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
+TEMPLATE = {
+    "spec": {"containers": [{"name": "main", "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"}]}
+}
 JOBS = {
     "usage-train": {
         "name": "usage-train",
         "tenant": "usage-team-a",
         "queue": "default",
-        "pod_groups": [{"name": "worker", "replicas": 1, "cpu": "2", "memory": "8Gi", "gpu": {"count": 1}}],
+        "pod_groups": [
+            {
+                "name": "worker",
+                "replicas": 1,
+                "cpu": "2",
+                "memory": "8Gi",
+                "gpu": {"count": 1},
+                "template": TEMPLATE,
+            }
+        ],
     },
     "usage-serve": {
         "name": "usage-serve",
         "tenant": "usage-team-b",
         "queue": "default",
-        "pod_groups": [{"name": "server", "replicas": 2, "cpu": "1", "memory": "4Gi", "gpu": {"milli": 300}}],
+        "pod_groups": [
+            {
+                "name": "server",
+                "replicas": 2,
+                "cpu": "1",
+                "memory": "4Gi",
+                "gpu": {"milli": 300},
+                "template": TEMPLATE,
+            }
+        ],
+    },
+    "usage-idle": {
+        "name": "usage-idle",
+        "tenant": "usage-team-b",
+        "queue": "default",
+        "pod_groups": [
+            {
+                "name": "notebook",
+                "replicas": 1,
+                "cpu": "1",
+                "memory": "4Gi",
+                "gpu": {"count": 1},
+                # the devcluster's NVML replays an idle duty cycle for this pod's GPU
+                "template": {**TEMPLATE, "metadata": {"annotations": {"tessera.io/sim-profile": "idle"}}},
+            }
+        ],
     },
 }
 
@@ -53,12 +91,15 @@ def test_two_tenants_jobs_show_in_tessera_usage_with_used_below_allocated(
         if shown.returncode != 0:
             return None
         rows = {r["group"]: r for r in json.loads(shown.stdout)["rows"]}
-        return rows if {"usage-team-a", "usage-team-b"} <= set(rows) else None
+        if not {"usage-team-a", "usage-team-b"} <= set(rows) or rows["usage-team-b"]["idle_gpu_hours"] <= 0:
+            return None
+        return rows
 
-    rows = until(both_tenants, "usage of both tenants", timeout=120)
+    rows = until(both_tenants, "usage of both tenants, with team b's idle GPU flagged", timeout=150)
     for tenant in ("usage-team-a", "usage-team-b"):
         assert rows[tenant]["allocated_gpu_hours"] > 0
         assert rows[tenant]["used_gpu_hours"] < rows[tenant]["allocated_gpu_hours"]
+    assert rows["usage-team-a"]["idle_gpu_hours"] == 0  # the trainer is busy
     table = stack.tessera("usage", "--by", "job", "--from", "1h", "--api", telemetry)
     assert table.returncode == 0, table.stderr
     assert "GPU usage by job" in table.stdout and "Top wasters" in table.stdout

@@ -58,12 +58,23 @@ spec:
             {{- range .volumes }}
             - name: {{ .name }}
               mountPath: {{ .mountPath }}
+              {{- if .secret }}
+              readOnly: true
+              {{- end }}
             {{- end }}
       {{- with .volumes }}
       volumes:
         {{- range . }}
         - name: {{ .name }}
+          {{- if .secret }}
+          secret:
+            secretName: {{ .secret }}
+            items:
+              - key: {{ .key }}
+                path: {{ .key }}
+          {{- else }}
           emptyDir: {}
+          {{- end }}
         {{- end }}
       {{- end }}
   volumeClaimTemplates:

@@ -60,9 +60,34 @@ key: url
 {{- end -}}
 
 {{/* Environment every Tessera container shares: NATS, the database, tracing. */}}
-{{- define "tessera-lib.sharedEnv" -}}
+{{/*
+With global.nats.auth.enabled each service connects as its own NATS user, tessera-<service>: its
+password from the Secret's key <service> (global.nats.auth.existingSecret, else the one the chart
+makes for the evaluation NATS) goes into the URL by Kubernetes' $(VAR) expansion, and its replies come
+on its own inbox prefix, the only one its user may read.
+*/}}
+{{- define "tessera-lib.natsEnv" -}}
+{{- $url := include "tessera-lib.natsUrl" . -}}
+{{- $auth := .Values.global.nats.auth -}}
+{{- if $auth.enabled -}}
+{{- $user := printf "tessera-%s" .Chart.Name -}}
+- name: NATS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $auth.existingSecret | default (include "tessera-lib.shared" (dict "root" . "suffix" "nats-users")) }}
+      key: {{ .Chart.Name }}
 - name: TESSERA_NATS_URL
-  value: {{ include "tessera-lib.natsUrl" . | quote }}
+  value: {{ regexReplaceAll "^([a-z]+://)(?:[^@/]*@)?" $url (printf "${1}%s:$(NATS_PASSWORD)@" $user) | quote }}
+- name: TESSERA_{{ .Chart.Name | upper }}_NATS_INBOX_PREFIX
+  value: {{ printf "_INBOX_%s" $user | quote }}
+{{- else -}}
+- name: TESSERA_NATS_URL
+  value: {{ $url | quote }}
+{{- end -}}
+{{- end -}}
+
+{{- define "tessera-lib.sharedEnv" -}}
+{{ include "tessera-lib.natsEnv" . }}
 - name: TESSERA_DATABASE_URL
   valueFrom:
     secretKeyRef:

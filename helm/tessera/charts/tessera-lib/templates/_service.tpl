@@ -4,8 +4,9 @@ PodDisruptionBudget. A service chart's only template calls it:
 
   {{ include "tessera-lib.service" (dict "ctx" . "kind" "Deployment") }}
 
-with, optionally, "env" / "volumes" / "volumeMounts" (lists), "pod" (fields added to the pod spec)
-and "roleNamespace" (where the Role of rbac.namespaceRules goes; the release namespace by default).
+with, optionally, "env" / "volumes" / "volumeMounts" / "ports" (container ports after http) /
+"servicePorts" (Service ports after http) (lists), "podAnnotations" (a map added to the values'),
+"pod" (fields added to the pod spec) and "roleNamespace" (where the Role of rbac.namespaceRules goes; the release namespace by default).
 rbac.releaseRules always go in a Role "<name>-release" in the release namespace (a leader's Lease).
 */}}
 {{- define "tessera-lib.service" -}}
@@ -100,7 +101,7 @@ spec:
         {{- with $v.podLabels }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
-      {{- with $v.podAnnotations }}
+      {{- with merge (dict) (.podAnnotations | default dict) ($v.podAnnotations | default dict) }}
       annotations:
         {{- toYaml . | nindent 8 }}
       {{- end }}
@@ -129,6 +130,9 @@ spec:
             - name: http
               containerPort: {{ $v.port }}
               protocol: TCP
+            {{- with .ports }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
           env:
             {{- include "tessera-lib.sharedEnv" $ | nindent 12 }}
             - name: {{ $prefix }}HTTP_HOST
@@ -218,6 +222,9 @@ spec:
       port: {{ $v.port }}
       targetPort: http
       protocol: TCP
+    {{- with .servicePorts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
 {{- if and (eq .kind "Deployment") $v.podDisruptionBudget.enabled }}
 ---
 apiVersion: policy/v1

@@ -7,6 +7,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Identity,
     Index,
@@ -83,3 +84,19 @@ node_leases = Table(
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Column("acquired_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
+
+#: each pod's measured GPU use per minute (telemetry's `pod_gpu_usage`, summed within the minute), kept
+#: for the planner's lookback window so a restart keeps the history (see `domain.usage_history`)
+pod_usage = Table(
+    "pod_usage",
+    metadata,
+    Column("pod", String(320), primary_key=True),
+    Column("minute", DateTime(timezone=True), primary_key=True),
+    Column("node", String(255), nullable=False),
+    Column("gpu_uuid", String(128), nullable=False),
+    Column("total_pct", Float, nullable=False),
+    Column("samples", Integer, nullable=False),
+    Column("allocated_milli", Integer, nullable=False),
+    Column("split", String(16), nullable=False),
+)
+Index("ix_slicing_pod_usage_minute", pod_usage.c.minute)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tessera.devcluster.apiserver.errors import ApiError
@@ -95,6 +97,31 @@ def test_a_pod_held_by_scheduling_gates_cannot_be_bound_until_they_are_removed()
 
     store.mutate(PODS, "ns", "a", lambda p: p["spec"].update(schedulingGates=[]))
     assert store.bind("ns", "a", "n1")["spec"]["nodeName"] == "n1"
+
+
+def test_scheduling_gates_may_only_be_removed_and_a_gated_pod_may_only_gain_node_selector_keys() -> None:
+    store = ObjectStore()
+    gate = {"name": "tessera.io/admission"}
+    gated = pod("a")
+    gated["spec"] = {"containers": [{"name": "c"}], "nodeSelector": {"zone": "a"}, "schedulingGates": [gate]}
+    store.create(PODS, "ns", gated)
+
+    def patch(spec: dict[str, Any]) -> dict[str, Any]:
+        return store.patch(PODS, "ns", "a", {"spec": spec}, "application/merge-patch+json")
+
+    with pytest.raises(ApiError) as added:
+        patch({"schedulingGates": [gate, {"name": "example.com/other"}]})
+    assert added.value.code == 422 and "new scheduling gate 'example.com/other'" in added.value.message
+    with pytest.raises(ApiError) as changed:
+        patch({"nodeSelector": {"zone": "b"}})
+    assert changed.value.code == 422 and "only additions to spec.nodeSelector" in changed.value.message
+
+    patch({"nodeSelector": {"pool": "gpu"}})
+    patch({"schedulingGates": []})
+    with pytest.raises(ApiError) as ungated:
+        patch({"nodeSelector": {"rack": "r1"}})
+    assert ungated.value.code == 422 and "once ungated" in ungated.value.message
+    assert store.get(PODS, "ns", "a")["spec"]["nodeSelector"] == {"zone": "a", "pool": "gpu"}
 
 
 async def test_watch_replays_history_after_a_resource_version() -> None:

@@ -128,8 +128,10 @@ def validate_update(resource: ResourceType, old: dict[str, Any], new: dict[str, 
             "Pod", name, "spec.nodeName", "pod updates may not change nodeName; bind the pod instead"
         )
 
+    _check_scheduling_directives(name, old_spec, new_spec)
+
     def comparable(spec: dict[str, Any]) -> dict[str, Any]:
-        kept = {k: v for k, v in spec.items() if k not in _MUTABLE_POD_SPEC}
+        kept = {k: v for k, v in spec.items() if k not in _MUTABLE_POD_SPEC and k != "nodeSelector"}
         for key in ("containers", "initContainers"):
             if key in kept:
                 kept[key] = _without_images(kept[key])
@@ -142,6 +144,40 @@ def validate_update(resource: ResourceType, old: dict[str, Any], new: dict[str, 
             "spec",
             "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
             "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions) and `spec.schedulingGates`",
+        )
+
+
+def _check_scheduling_directives(name: str, old_spec: dict[str, Any], new_spec: dict[str, Any]) -> None:
+    """As the API server's pod update validation: scheduling gates may only be removed, never added
+    after creation; while the pod is still gated, `nodeSelector` may gain keys (not change or lose any),
+    and once it is not gated, `nodeSelector` may not change at all."""
+    old_gates = [g.get("name") for g in old_spec.get("schedulingGates") or [] if isinstance(g, dict)]
+    for gate in new_spec.get("schedulingGates") or []:
+        gate_name = gate.get("name") if isinstance(gate, dict) else gate
+        if gate_name not in old_gates:
+            raise invalid(
+                "Pod",
+                name,
+                "spec.schedulingGates",
+                f"Forbidden: only deletion is allowed, but found new scheduling gate '{gate_name}'",
+            )
+    old_selector = old_spec.get("nodeSelector") or {}
+    new_selector = new_spec.get("nodeSelector") or {}
+    if old_selector == new_selector:
+        return
+    if not old_gates:
+        raise invalid(
+            "Pod",
+            name,
+            "spec.nodeSelector",
+            "Forbidden: pod updates may not change nodeSelector once ungated",
+        )
+    if any(new_selector.get(key) != value for key, value in old_selector.items()):
+        raise invalid(
+            "Pod",
+            name,
+            "spec.nodeSelector",
+            "Forbidden: only additions to spec.nodeSelector are allowed (no mutations or deletions)",
         )
 
 

@@ -73,7 +73,7 @@ async def _adopt(
         gone = [row for row in await work.workloads.user_owned(kind) if row[0] not in present]
     for job_id, namespace, name in gone:
         async with uow() as work:
-            job = await work.jobs.get(job_id)
+            job = await work.jobs.get(job_id, for_update=True)  # the scheduler may end it meanwhile
             if job is not None and job.state not in FINAL:  # every other state may be cancelled
                 await cancel_job(job_id, work, f"its {kind} {namespace}/{name} was deleted")
             await work.workloads.record(

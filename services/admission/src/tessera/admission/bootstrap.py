@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from tessera.admission.adapters import orm
-from tessera.admission.adapters.kube import KubeWorkloads
+from tessera.admission.adapters.kube_jobsets import KubeCluster
 from tessera.admission.config import AdmissionSettings, get_settings
 from tessera.admission.entrypoints.api import router
 from tessera.admission.entrypoints.config_api import router as config_router
@@ -61,7 +61,7 @@ def build(settings: AdmissionSettings) -> ServiceDefinition[AdmissionDeps]:
     async def dependencies(ctx: ServiceContext) -> AdmissionDeps:
         cluster = None
         if settings.kubeconfig is not None:  # jobs run there as Kubernetes objects
-            cluster = KubeWorkloads(api_client(kubeconfig=str(settings.kubeconfig)))
+            cluster = KubeCluster(api_client(kubeconfig=str(settings.kubeconfig)))
         return AdmissionDeps.from_settings(ctx, settings, cluster)
 
     https = []

@@ -142,6 +142,7 @@ class WorkloadRepository:
                 ),
                 row.updated_at,
                 tuple(o["name"] for o in row.objects or () if o["kind"] == "Pod"),
+                tuple(o["name"] for o in row.objects or () if o["kind"] == "JobSet"),
             )
             for row in (await self.session.execute(query)).all()
         ]

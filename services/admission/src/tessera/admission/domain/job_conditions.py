@@ -1,15 +1,19 @@
-"""What admission says on a job's batch/v1 Jobs, where `kubectl describe job` shows it. Pure.
+"""What admission says on a job's batch/v1 Jobs, JobSets and gated Pods, where `kubectl describe`
+shows it. Pure.
 
 Four condition types, as Kueue's Workload has them: `QuotaReserved` (quota is held for the job, or
 why not, with the numbers), `Admitted` (its pods may run), `Preempted` (it was asked to leave, and by
 whom) and `Inadmissible` (it can never be admitted as it is: an unknown queue, a queue its namespace
-may not use, a request no flavor covers, a pod no node's shape could hold). Each change is also an Event on the Job. Admission owns
-only these types in the Job's `status.conditions`; the Job controller's own (`Suspended`,
-`Complete`, `Failed`) are left as they are.
+may not use, a request no flavor covers, a pod no node's shape could hold). Each change is also an
+Event on the workload. Admission owns only these types in its `status.conditions`; the controller's
+own (a Job's `Suspended`, `Complete`, `Failed`; a JobSet's `Suspended`, `Completed`, `Failed`) are
+left as they are. A JobSet's conditions are `metav1.Condition`s, which have no `lastProbeTime` and
+whose reason is CamelCase (`condition_reason`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -66,6 +70,8 @@ class ConditionsDue:
     """The job's last change: what is recorded as reported once written."""
     pods: tuple[str, ...] = ()
     """Its gated Pods' names (a user's Pod is a job of its own)."""
+    jobsets: tuple[str, ...] = ()
+    """Its JobSet's name (a user's JobSet is one job)."""
 
 
 def conditions_for(job: JobStatusView) -> tuple[Condition, ...]:
@@ -125,30 +131,41 @@ def _inadmissible(job: JobStatusView) -> tuple[str, str]:
     return INADMISSIBLE, text
 
 
+def condition_reason(reason: str) -> str:
+    """``reason`` as a `metav1.Condition` takes it (`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`):
+    other characters dropped, words joined CamelCase; `Unknown` when nothing is left."""
+    words = re.split(r"[^A-Za-z0-9_,:]+", reason)
+    joined = "".join(w[:1].upper() + w[1:] for w in words if w)
+    joined = re.sub(r"^[^A-Za-z]+", "", joined).rstrip(",:")
+    return joined or "Unknown"
+
+
 def merged(
-    current: Sequence[Mapping[str, Any]], ours: Sequence[Condition], now: str
+    current: Sequence[Mapping[str, Any]], ours: Sequence[Condition], now: str, *, probe: bool = True
 ) -> tuple[list[dict[str, Any]], list[Condition]] | None:
-    """The Job's `status.conditions` with ours written in (others kept, in place), and those of ours
-    that changed; None when nothing changed. A condition's `lastTransitionTime` moves only when its
-    status does, as Kubernetes' conventions ask."""
+    """The workload's `status.conditions` with ours written in (others kept, in place), and those of
+    ours that changed; None when nothing changed. A condition's `lastTransitionTime` moves only when
+    its status does, as Kubernetes' conventions ask. ``probe``: write `lastProbeTime` (a Job's and a
+    Pod's conditions have it; a JobSet's `metav1.Condition`s do not, and take CamelCase reasons)."""
     out = [dict(c) for c in current]
     index = {c.get("type"): i for i, c in enumerate(out)}
     changed: list[Condition] = []
     for cond in ours:
         status = "True" if cond.status else "False"
+        reason = cond.reason if probe else condition_reason(cond.reason)
         old = out[index[cond.type]] if cond.type in index else None
         if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (
             status,
-            cond.reason,
+            reason,
             cond.message,
         ):
             continue
         new = {
             "type": cond.type,
             "status": status,
-            "reason": cond.reason,
+            "reason": reason,
             "message": cond.message,
-            "lastProbeTime": now,
+            **({"lastProbeTime": now} if probe else {}),
             "lastTransitionTime": old.get("lastTransitionTime", now)
             if old is not None and old.get("status") == status
             else now,

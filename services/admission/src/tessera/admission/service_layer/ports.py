@@ -200,6 +200,13 @@ class WorkloadCluster(Protocol):
         """As `set_conditions`, on a Pod's `status.conditions`."""
         ...
 
+    async def set_jobset_conditions(
+        self, namespace: str, name: str, conditions: Sequence[Condition]
+    ) -> list[Condition]:
+        """As `set_conditions`, on a JobSet's `status.conditions` (its `metav1.Condition`s, through its
+        status subresource; the JobSet controller's own kept). Raises `WorkloadGone` when it is gone."""
+        ...
+
     async def priority_classes(self) -> list[dict[str, Any]]:
         """Every scheduling.k8s.io/v1 PriorityClass, as the API serves it (none where it serves none)."""
         ...

@@ -9,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tessera.forecaster.domain.checks import Degraded, InputPolicy, prepare
-from tessera.forecaster.domain.forecast import Forecast, replicas, serve
+from tessera.forecaster.domain.forecast import NO_WINDOW, Forecast, replicas, serve
 from tessera.forecaster.domain.margin import MarginLearner, quantile
 from tessera.forecaster.domain.selection import Fitted
 from tessera.forecaster.service_layer.engine import EngineConfig, SeriesForecaster
+from tessera.forecaster.service_layer.metric_names import MetricRef
 
 T0 = datetime(2026, 11, 25, 4, 0, tzinfo=UTC)
 
@@ -62,6 +63,25 @@ def test_the_served_value_is_the_window_maximum_plus_the_margin() -> None:
     assert wider.expected == 9.0  # a rise forecast within the window is provisioned now
     later = serve(forecast, now=T0 + timedelta(minutes=4), window_s=60, last_value=3.0)
     assert later.expected == 9.0  # the window moves with now
+
+
+def test_a_window_of_zero_serves_the_last_reading_not_the_forecast() -> None:
+    forecast = Forecast(T0, 60.0, (1.0, 5.0, 2.0, 9.0, 1.0), "ets", margin=0.5)
+    served = serve(forecast, now=T0 + timedelta(seconds=10), window_s=0, last_value=3.0)
+    assert (served.value, served.expected, served.source, served.reason) == (3.0, 3.0, "reactive", NO_WINDOW)
+    assert serve(forecast, now=T0, window_s=1, last_value=3.0).source == "forecast"
+
+
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [(None, 300.0), ("0", 0.0), ("-5", 0.0), ("4", 4.0), ("0.5", 0.5), ("nan", 300.0), ("soon", 300.0)],
+)
+def test_the_selector_window_is_the_prediction_window_and_zero_means_none(
+    window: str | None, expected: float
+) -> None:
+    selector = {"app": "chat", **({"window": window} if window is not None else {})}
+    ref = MetricRef.from_selector("requests_per_s", selector, 300.0)
+    assert (ref.series_metric, ref.selector, ref.window_s) == ("requests_per_s", {"app": "chat"}, expected)
 
 
 def test_a_forecast_that_no_longer_reaches_now_falls_back_to_the_last_reading() -> None:

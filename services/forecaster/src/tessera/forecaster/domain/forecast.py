@@ -2,7 +2,8 @@
 
 The served value is the largest forecast over `[now, now + window]` plus the learned margin: a load
 forecast to rise within the window is provisioned now, and scaling down waits until the whole window
-is forecast low (the way Crane's EHPA defers scale-down)."""
+is forecast low (the way Crane's EHPA defers scale-down). A window of 0 asks for no forecast: the last
+reading is served, as a plain HPA on the same metric reads it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from typing import Literal
 from tessera.forecaster.domain.checks import Degraded
 
 Source = Literal["forecast", "reactive"]
+#: the reason given when a window of 0 asked for the last reading rather than a forecast
+NO_WINDOW = "no_window"
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,10 @@ def serve(
     degraded: Degraded | str | None = None,
 ) -> Served:
     """The served value: the forecast's window maximum plus its margin, or the last reading (reactive)
-    with the reason when there is no usable forecast. Never negative; 0 with neither."""
+    with the reason when there is no usable forecast or a window of 0 asks for none. Never negative; 0
+    with neither."""
+    if window_s <= 0:
+        degraded = NO_WINDOW
     if degraded is None and forecast is not None:
         expected = forecast.window_max(now, window_s)
         if expected is not None:

@@ -1,8 +1,10 @@
 """How an autoscaler names what it wants: a metric and a selector of series labels, with the prediction
-window as the `window` entry (seconds). The same for the external metrics API and KEDA's scaler metadata."""
+window as the `window` entry (seconds; 0 asks for the last reading, unforecast, as a plain HPA on the
+metric would read it). The same for the external metrics API and KEDA's scaler metadata."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -37,4 +39,6 @@ class MetricRef:
         except ValueError:
             window_s = default_window_s
         series_metric = "gpu_busy" if metric == GPU_UTILIZATION else metric
-        return cls(series_metric, labels, max(window_s, 1.0))
+        if not math.isfinite(window_s):
+            window_s = default_window_s
+        return cls(series_metric, labels, max(window_s, 0.0))

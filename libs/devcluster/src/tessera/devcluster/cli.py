@@ -8,9 +8,9 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from tessera.cluster.cluster_file import ClusterFileError, default_cluster, load_cluster
 from tessera.devcluster import data
@@ -18,6 +18,9 @@ from tessera.devcluster.replay import Replayer, TraceError, TracePod, load_trace
 from tessera.devcluster.sim.context import SimSettings
 from tessera.devcluster.sim.nvml import DutyCycleTrace
 from tessera.devcluster.sim.trainer import TrainerSettings
+
+if TYPE_CHECKING:
+    from tessera.devcluster.runner import DevCluster
 
 #: how `tessera up` hands the devcluster its NATS URL (not on the command line, where ps shows it)
 NATS_URL_ENV = "TESSERA_DEVCLUSTER_NATS_URL"
@@ -106,6 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
         "tessera.io/sim-checkpoint-interval says otherwise (default: 300)",
     )
     serve.add_argument(
+        "--hpa-sync-seconds",
+        type=float,
+        default=None,
+        help="run the HorizontalPodAutoscaler controller (upstream's algorithm, sim/hpa.py) every this "
+        "many simulated seconds (upstream's default: 15), reading External metrics through this API "
+        "server, which proxies them to the APIService registered for external.metrics.k8s.io "
+        "(default: off; `tessera up` turns it on)",
+    )
+    serve.add_argument(
         "--duty-cycle",
         type=Path,
         default=None,
@@ -164,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _serve(args: argparse.Namespace) -> int:
     from tessera.devcluster.runner import DevCluster
 
+    if args.hpa_sync_seconds is not None and not args.hpa_sync_seconds > 0:
+        raise ValueError(f"--hpa-sync-seconds: must be positive, got {args.hpa_sync_seconds:g}")
     settings = SimSettings(
         speed=args.speed,
         pod_start_seconds=args.pod_start_seconds,
@@ -186,13 +200,18 @@ async def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         state_file=args.state_file,
     )
-    async with cluster:
+    async with cluster, _hpa_controller(cluster, args.hpa_sync_seconds):
         path = cluster.write_kubeconfig(args.kubeconfig)
         gpus = sum(len(n.gpus) for n in cluster.ctx.nodes.values())
         print(
             f"devcluster: {len(nodes)} nodes, {gpus} GPUs; API server {cluster.url}; kubeconfig {path}; "
             f"NVML {cluster.url}/nvml/<node>; speed x{args.speed:g}; checkpoints {trainer.storage_url}"
             + ("; trainers talk to the checkpoint service over NATS" if trainer.nats_url else "")
+            + (
+                f"; HPA controller every {args.hpa_sync_seconds:g} simulated s"
+                if args.hpa_sync_seconds is not None
+                else ""
+            )
             + (
                 f"; restored {cluster.restored} objects from {args.state_file}"
                 if cluster.restored is not None
@@ -207,6 +226,28 @@ async def _serve(args: argparse.Namespace) -> int:
                 loop.add_signal_handler(signum, stop.set)
         await stop.wait()
     return 0
+
+
+@contextlib.asynccontextmanager
+async def _hpa_controller(cluster: DevCluster, sync_s: float | None) -> AsyncIterator[None]:
+    """The simulated HPA controller against the cluster's own API server, on the cluster's simulated
+    clock (sync period and stabilisation windows in simulated seconds), until the block ends."""
+    if sync_s is None:
+        yield
+        return
+    from tessera.devcluster.sim.hpa import HpaController
+
+    controller = HpaController(
+        cluster.url, cluster.url, sync_s=sync_s / cluster.settings.speed, clock=cluster.ctx.clock.now
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(controller.run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+        controller.close()
 
 
 def _replay(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from tessera.cli.client import state_dir as cli_state_dir
+from tessera.cli.up_autoscaling import DEFAULT_HPA_SYNC_S
 from tessera.cli.up_stack import (
     SERVICES,
     Migrate,
@@ -143,6 +144,14 @@ def up(
     devcluster_speed: Annotated[
         float, typer.Option(min=0.001, help="Simulated seconds per wall-clock second in the devcluster.")
     ] = 1.0,
+    hpa_sync_seconds: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Simulated seconds between the devcluster's HPA controller syncs (upstream's default "
+            "period); 0 runs no HPA controller.",
+        ),
+    ] = DEFAULT_HPA_SYNC_S,
     ready_timeout: Annotated[
         float, typer.Option(min=1, help="Seconds to wait for each component to become ready.")
     ] = 60.0,
@@ -161,10 +170,17 @@ def up(
 
     Data lives under --state-dir and is reused by the next run; endpoints.json there says where
     everything is. The devcluster writes STATE_DIR/kubeconfig (try `kubectl --kubeconfig
-    .tessera/kubeconfig get nodes,pods -o wide`); --kubeconfig uses a real cluster instead. Ports:
-    NATS 14222, PostgreSQL 15432, devcluster 16443, services 18080-18085 when free, else free ones,
-    remembered in ports.json. Ctrl-C or SIGTERM stops the services, then the devcluster, then NATS,
-    then PostgreSQL.
+    .tessera/kubeconfig get nodes,pods -o wide`); --kubeconfig uses a real cluster instead.
+
+    With the devcluster, the autoscaling loop is closed: the devcluster runs the HPA controller
+    (upstream's algorithm, every --hpa-sync-seconds), the PredictiveAutoscaler CRD is applied, and the
+    forecaster serves the external metrics API over HTTPS (a certificate made under STATE_DIR/pki)
+    and is registered as the v1beta1.external.metrics.k8s.io APIService, so HPAs on External metrics,
+    and those PredictiveAutoscalers own (via: hpa), scale on its forecasts.
+
+    Ports: NATS 14222, PostgreSQL 15432, devcluster 16443, services 18080-18085 and the external
+    metrics API 18443 when free, else free ones, remembered in ports.json. Ctrl-C or SIGTERM stops
+    the services, then the devcluster, then NATS, then PostgreSQL.
     """
     if kubeconfig is not None and not kubeconfig.is_file():
         raise typer.BadParameter(f"{kubeconfig} is not a file", param_hint="--kubeconfig")
@@ -184,6 +200,7 @@ def up(
         cluster_file=cluster_file,
         devcluster=with_devcluster,
         devcluster_speed=devcluster_speed,
+        hpa_sync_seconds=hpa_sync_seconds,
         ready_timeout=ready_timeout,
         stop_timeout=stop_timeout,
         otlp_endpoint=check_url(otlp_endpoint, ("http", "https"), "--otlp-endpoint"),

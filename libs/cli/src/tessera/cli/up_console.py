@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tessera.cli.devcluster import DevclusterProcess
+from tessera.cli.up_autoscaling import APISERVICE, ExternalMetrics
 from tessera.core.embedded import Endpoints, StateDir
 
 _STYLES = ("cyan", "green", "yellow", "magenta", "blue", "bright_red")
@@ -31,6 +32,7 @@ def _print_table(
     endpoints: Endpoints,
     devcluster: DevclusterProcess | None = None,
     otlp_endpoint: str | None = None,
+    external_metrics: ExternalMetrics | None = None,
 ) -> None:
     table = Table(title="Tessera is up", title_justify="left", caption=f"state and logs under {state.root}")
     for column in ("component", "url", "log"):
@@ -46,9 +48,16 @@ def _print_table(
         table.add_row("admission API", endpoints.admission_api_url, "")
     if otlp_endpoint:
         table.add_row("traces (OTLP)", otlp_endpoint, "")
+    if external_metrics is not None:
+        table.add_row(f"external metrics ({APISERVICE})", external_metrics.url, f"{logs}/forecaster.log")
     console.print(table)
     if endpoints.kubeconfig:
         console.print(f"kubectl --kubeconfig {endpoints.kubeconfig} get nodes,pods -o wide")
+    if endpoints.kubeconfig and external_metrics is not None:
+        console.print(
+            f"kubectl --kubeconfig {endpoints.kubeconfig} get predictiveautoscalers,hpa -A   "
+            "(the devcluster runs the HPAs on the forecaster's external metrics)"
+        )
     tenants = state.credentials / "tenants"
     if tenants.is_dir():
         console.print(f"NATS credentials of each tenant's publishers: {tenants}/<tenant>.json")

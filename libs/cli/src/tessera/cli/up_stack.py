@@ -3,10 +3,12 @@
 Starts PostgreSQL and NATS (JetStream) from their PyPI packages under the state directory unless
 URLs are given (NATS with a user per service and per tenant, each service with its own PostgreSQL
 role: see ``tessera.cli.up_auth``), runs every migration, starts the devcluster unless a kubeconfig
-is given (see ``tessera.cli.devcluster``), starts the six services under a supervisor, waits for each
-one's ``/readyz``, writes ``endpoints.json`` and prints what runs where. SIGINT/SIGTERM stop the
-services (SIGTERM, then SIGKILL after a timeout), then NATS, then PostgreSQL. A second run reuses
-the data and, where still free, the same ports.
+is given (see ``tessera.cli.devcluster``) with the autoscaling loop closed on it (its HPA controller,
+the PredictiveAutoscaler CRD, the forecaster as its external metrics APIService: see
+``tessera.cli.up_autoscaling``), starts the six services under a supervisor, waits for each one's
+``/readyz``, writes ``endpoints.json`` and prints what runs where. SIGINT/SIGTERM stop the services
+(SIGTERM, then SIGKILL after a timeout), then NATS, then PostgreSQL. A second run reuses the data and,
+where still free, the same ports.
 """
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ from tessera.cli.devcluster import DEFAULT_DEVCLUSTER_PORT, DevclusterProcess, w
 from tessera.cli.infra_watch import InfraWatch
 from tessera.cli.supervisor import ServiceSpec, Supervisor
 from tessera.cli.up_auth import ServiceAccess, StackAuth, TenantWatch, tenants_now
+from tessera.cli.up_autoscaling import (
+    DEFAULT_HPA_SYNC_S,
+    DEFAULT_METRICS_TLS_PORT,
+    AutoscalingDevcluster,
+    ExternalMetrics,
+    register_external_metrics,
+)
+from tessera.cli.up_autoscaling import prepare as prepare_autoscaling
 from tessera.cli.up_console import _console_sink, _print_table
 from tessera.cli.webhook import register_webhook
 from tessera.core.embedded import (
@@ -42,6 +52,7 @@ from tessera.core.embedded import (
     StateDirBusy,
     write_endpoints,
 )
+from tessera.core.embedded.state import write_json_atomically
 
 SERVICES = ("telemetry", "forecaster", "admission", "scheduler", "slicing", "checkpoint")
 DEFAULT_NATS_PORT = 14222
@@ -73,6 +84,8 @@ class UpOptions:
     #: start the devcluster when no kubeconfig is given
     devcluster: bool = True
     devcluster_speed: float = 1.0
+    #: simulated seconds between the devcluster's HPA syncs; 0: no HPA controller
+    hpa_sync_seconds: float = DEFAULT_HPA_SYNC_S
     ready_timeout: float = 60.0
     stop_timeout: float = 10.0
     #: prefer the fixed default ports (14222, 15432, 18080…) when no port is remembered yet;
@@ -105,9 +118,11 @@ def start_devcluster(
 ) -> DevclusterProcess:
     """Start the devcluster simulating ``options.cluster_file`` (4x8 A100 by default); its stop goes on
     ``stack``, so it stops after the services and before NATS and PostgreSQL. Its simulated trainers
-    talk to the checkpoint service on ``nats_url`` and checkpoint under the state directory."""
+    talk to the checkpoint service on ``nats_url`` and checkpoint under the state directory; its HPA
+    controller syncs every ``options.hpa_sync_seconds`` simulated seconds."""
     cluster_file = options.cluster_file or write_default_cluster(state.root / "devcluster-cluster.yaml")
-    devcluster = DevclusterProcess(
+    devcluster = AutoscalingDevcluster(
+        hpa_sync_seconds=options.hpa_sync_seconds if options.hpa_sync_seconds > 0 else None,
         cluster_file=cluster_file,
         kubeconfig=state.root / "kubeconfig",
         port=state.choose_port("devcluster", options.default_port(DEFAULT_DEVCLUSTER_PORT)),
@@ -122,8 +137,9 @@ def start_devcluster(
         stack.callback(_stopping, console, "devcluster", devcluster.stop)
         devcluster.start(timeout=options.ready_timeout)
     state.remember_ports({"devcluster": devcluster.port})
+    hpa = f"; HPA controller every {options.hpa_sync_seconds:g}s" if options.hpa_sync_seconds > 0 else ""
     console.print(
-        f"[green]✓[/] devcluster ready on {devcluster.url} ({cluster_file.name}, speed x{options.devcluster_speed:g}); "
+        f"[green]✓[/] devcluster ready on {devcluster.url} ({cluster_file.name}, speed x{options.devcluster_speed:g}{hpa}); "
         f"kubeconfig {devcluster.kubeconfig}"
     )
     return devcluster
@@ -146,9 +162,11 @@ def plan_services(
     devcluster_url: str | None = None,
     otlp_endpoint: str | None = None,
     access: Access | None = None,
+    external_metrics: ExternalMetrics | None = None,
 ) -> tuple[list[ServiceSpec], Endpoints]:
     """How to launch each service, and the endpoints it will serve. ``access`` gives each service its
-    own NATS user and PostgreSQL role; without it every service uses ``nats_url`` and ``database_url``."""
+    own NATS user and PostgreSQL role; without it every service uses ``nats_url`` and ``database_url``.
+    ``external_metrics``: the forecaster serves the external metrics API over HTTPS there."""
     specs: list[ServiceSpec] = []
     services: dict[str, ServiceEndpoint] = {}
     for name in names:
@@ -175,6 +193,8 @@ def plan_services(
         if name == "forecaster":  # its KEDA scaler on a free port: stacks side by side never collide
             env["TESSERA_FORECASTER_GRPC_HOST"] = HOST
             env["TESSERA_FORECASTER_GRPC_PORT"] = "0"
+            if external_metrics is not None:
+                env.update(external_metrics.forecaster_env())
         if name == "telemetry" and cluster_file is not None:
             env["TESSERA_TELEMETRY_CLUSTER_FILE"] = str(cluster_file)
         if name == "telemetry" and devcluster_url is not None:
@@ -232,12 +252,15 @@ def run_up(
                     raise ComponentError("migrations", f"{type(err).__name__}: {err}") from err
             console.print("[green]✓[/] migrations applied")
             _grant_roles(auth, infra, database_url, console)
-            kubeconfig, devcluster = options.kubeconfig, None
+            kubeconfig, devcluster, external_metrics = options.kubeconfig, None, None
             if kubeconfig is None and options.devcluster:
                 devcluster = start_devcluster(
                     options, state, console, stack, auth.devcluster_nats_url(nats_url)
                 )
                 kubeconfig = devcluster.kubeconfig
+                if "forecaster" in options.services:
+                    port = options.default_port(DEFAULT_METRICS_TLS_PORT)
+                    external_metrics = prepare_autoscaling(state, kubeconfig, console, port)
             elif kubeconfig is None:
                 console.print("[yellow]![/] no Kubernetes cluster: --no-devcluster and no --kubeconfig")
             ports = {
@@ -257,12 +280,15 @@ def run_up(
                 devcluster_url=devcluster.url if devcluster else None,
                 otlp_endpoint=options.otlp_endpoint,
                 access=lambda name: auth.access(name, nats_url, database_url),
+                external_metrics=external_metrics,
             )
             # from here on the event loop owns SIGINT/SIGTERM; teardown below must not be interrupted
             stack.callback(_ignore_stop_signals)
             nats = next((s for s in infra if isinstance(s, NatsServer)), None)
             watch = TenantWatch(auth, nats, database_url, _no_sink) if nats is not None else None
-            return asyncio.run(_serve(options, state, console, specs, endpoints, devcluster, infra, watch))
+            return asyncio.run(
+                _serve(options, state, console, specs, endpoints, devcluster, infra, watch, external_metrics)
+            )
     except (ComponentError, StateDirBusy) as err:
         console.print(f"[red]error:[/] {escape(str(err))}", soft_wrap=True)
         return 1
@@ -358,6 +384,7 @@ async def _serve(
     devcluster: DevclusterProcess | None = None,
     infra: Sequence[ManagedProcess] = (),
     tenant_watch: TenantWatch | None = None,
+    external_metrics: ExternalMetrics | None = None,
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -381,8 +408,11 @@ async def _serve(
             if devcluster is not None and endpoints.admission_api_url:
                 # kubectl apply of a workload labelled tessera.io/queue is held for admission
                 await asyncio.to_thread(register_webhook, devcluster.kubeconfig, endpoints.admission_api_url)
-            write_endpoints(state.endpoints_file, endpoints)
-            _print_table(console, state, endpoints, devcluster, options.otlp_endpoint)
+            if devcluster is not None and external_metrics is not None:
+                # the devcluster proxies external.metrics.k8s.io to the forecaster, and its HPAs read it
+                await asyncio.to_thread(register_external_metrics, devcluster.kubeconfig, external_metrics)
+            _write_endpoints(state, endpoints, external_metrics)
+            _print_table(console, state, endpoints, devcluster, options.otlp_endpoint, external_metrics)
             await stop.wait()
         console.print("stopping services…")
     finally:
@@ -395,6 +425,16 @@ async def _serve(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     return 0
+
+
+def _write_endpoints(state: StateDir, endpoints: Endpoints, external_metrics: ExternalMetrics | None) -> None:
+    """``endpoints.json``, with the external metrics API beside the services when it is served."""
+    if external_metrics is None:
+        write_endpoints(state.endpoints_file, endpoints)
+        return
+    write_json_atomically(
+        state.endpoints_file, {**endpoints.to_json(), "external_metrics": external_metrics.endpoint()}
+    )
 
 
 async def _wait_ready(

@@ -18,6 +18,7 @@ from tessera.devcluster.apiserver.resources import (
     DEPLOYMENTS,
     JOBS,
     JOBSETS,
+    LEADERWORKERSETS,
     PODGROUPS,
     PODS,
     REPLICASETS,
@@ -30,7 +31,14 @@ from tessera.devcluster.apiserver.store import ObjectStore
 POLICIES = ("Background", "Foreground", "Orphan")
 # The kinds of owners the devcluster can look up (any object may be a dependent).
 DEPENDENT_TYPES: tuple[ResourceType, ...] = (PODS, JOBS, REPLICASETS, SERVICES, PODGROUPS, CONFIGMAPS)
-OWNER_TYPES: tuple[ResourceType, ...] = (JOBS, JOBSETS, REPLICASETS, DEPLOYMENTS, STATEFULSETS)
+OWNER_TYPES: tuple[ResourceType, ...] = (
+    JOBS,
+    JOBSETS,
+    REPLICASETS,
+    DEPLOYMENTS,
+    STATEFULSETS,
+    LEADERWORKERSETS,
+)
 _OWNER_TYPES = {(t.api_version, t.kind): t for t in (*DEPENDENT_TYPES, *OWNER_TYPES)}
 
 

@@ -65,8 +65,8 @@ PODDISRUPTIONBUDGETS = ResourceType(
 )
 
 # What a Helm chart deploys (Tessera's own, helm/tessera), and the workloads users run. The
-# devcluster's controllers (tessera.devcluster.controllers) reconcile Jobs, JobSets, ReplicaSets and
-# Deployments; CustomResourceDefinitions also serve their resources.
+# devcluster's controllers (tessera.devcluster.controllers) reconcile Jobs, JobSets, ReplicaSets,
+# Deployments, StatefulSets and LeaderWorkerSets; CustomResourceDefinitions also serve their resources.
 _STATUS = frozenset({"status"})
 _STATUS_SCALE = frozenset({"status", "scale"})
 SERVICEACCOUNTS = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",))
@@ -86,6 +86,9 @@ STATEFULSETS = ResourceType(
 )
 JOBS = ResourceType("batch", "v1", "jobs", "Job", True, (), _STATUS, categories=("all",))
 JOBSETS = ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, (), _STATUS)
+LEADERWORKERSETS = ResourceType(
+    "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", True, ("lws",), _STATUS_SCALE
+)
 MUTATINGWEBHOOKCONFIGURATIONS = ResourceType(
     "admissionregistration.k8s.io",
     "v1",
@@ -122,6 +125,7 @@ DEPLOYMENT_RESOURCES: tuple[ResourceType, ...] = (
     STATEFULSETS,
     JOBS,
     JOBSETS,
+    LEADERWORKERSETS,
     MUTATINGWEBHOOKCONFIGURATIONS,
     ROLES,
     ROLEBINDINGS,

@@ -1,5 +1,6 @@
-"""The devcluster's workload controllers: Jobs, JobSets, ReplicaSets, Deployments and StatefulSets,
-and the garbage collector, simulated on the API server's store as kube-controller-manager runs them."""
+"""The devcluster's workload controllers: Jobs, JobSets, ReplicaSets, Deployments, StatefulSets and
+LeaderWorkerSets, and the garbage collector, simulated on the API server's store as
+kube-controller-manager (and the LeaderWorkerSet controller manager) run them."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import contextlib
 
 from tessera.devcluster.apiserver.store import ObjectStore
 from tessera.devcluster.apiserver.webhooks import MutatingWebhooks
-from tessera.devcluster.controllers.base import ControllerContext
 from tessera.devcluster.controllers.deployments import DeploymentController
 from tessera.devcluster.controllers.garbage import GarbageCollector
 from tessera.devcluster.controllers.jobs import JobController
 from tessera.devcluster.controllers.jobsets import JobSetController
+from tessera.devcluster.controllers.leaderworkersets import LeaderWorkerSetController, LwsControllerContext
 from tessera.devcluster.controllers.replicasets import ReplicaSetController
 from tessera.devcluster.controllers.statefulsets import StatefulSetController
 
@@ -21,12 +22,13 @@ class WorkloadControllers:
     """All of them, started and stopped together on the API server's event loop."""
 
     def __init__(self, store: ObjectStore, webhooks: MutatingWebhooks | None) -> None:
-        ctx = ControllerContext(store, webhooks)
+        ctx = LwsControllerContext(store, webhooks)
         self.jobs = JobController(ctx)
         self.jobsets = JobSetController(ctx)
         self.replicasets = ReplicaSetController(ctx)
         self.deployments = DeploymentController(ctx)
         self.statefulsets = StatefulSetController(ctx)
+        self.leaderworkersets = LeaderWorkerSetController(ctx)
         self.garbage = GarbageCollector(store)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -40,6 +42,7 @@ class WorkloadControllers:
                 self.replicasets,
                 self.deployments,
                 self.statefulsets,
+                self.leaderworkersets,
                 self.garbage,
             )
         ]

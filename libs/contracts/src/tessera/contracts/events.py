@@ -222,6 +222,45 @@ class GpuSample(Message):
         return self.gpu_uuid
 
 
+class PodGpuShare(BaseModel):
+    """One pod's part of one GPU over the batch's interval, as telemetry attributed it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    pod: str
+    gpu_uuid: str
+    gpu_index: int = Field(ge=0)
+    utilization_pct: Annotated[
+        float,
+        Field(ge=0, le=100, description="the GPU's utilisation attributed to the pod (percent of a GPU)"),
+    ]
+    allocated_milli: Annotated[int, Field(ge=0, le=1000, description="thousandths of the GPU the pod holds")]
+    split: Literal["memory", "requested"] = Field(
+        description="how a shared GPU's reading was split: by the pods' process memory, or by requested share"
+    )
+
+
+class PodGpuUsage(Message):
+    TYPE: ClassVar[str] = "io.tessera.telemetry.pod_gpu_usage.v1"
+    SUBJECT: ClassVar[str] = subjects.ALL_POD_GPU_USAGE
+    SUMMARY: ClassVar[str] = (
+        "Each pod's measured use of the GPUs of one node over one sampling round (one batch per node "
+        "per round): what slicing packs time-sliced GPUs by."
+    )
+
+    node: str
+    at: datetime
+    interval_s: float = Field(gt=0, description="the sampling interval the reading stands for")
+    pods: list[PodGpuShare] = []
+
+    def subject(self) -> str:
+        return subjects.pod_gpu_usage(self.node)
+
+    def key(self) -> str:
+        return self.node
+
+
 class GpuUnhealthy(Message):
     TYPE: ClassVar[str] = "io.tessera.telemetry.gpu_unhealthy.v1"
     SUBJECT: ClassVar[str] = subjects.GPU_UNHEALTHY
@@ -543,6 +582,7 @@ ALL: tuple[type[Message], ...] = (
     GangUnschedulable,
     InventoryChanged,
     GpuSample,
+    PodGpuUsage,
     PreemptionRequested,
     JobStateChanged,
     JobFinished,

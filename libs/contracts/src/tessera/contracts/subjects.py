@@ -49,6 +49,11 @@ def gpu_samples(node: str) -> str:
     return f"{ROOT}.telemetry.gpu.{_TOKEN.sub('_', node)}"
 
 
+def pod_gpu_usage(node: str) -> str:
+    """Per-pod GPU use of one node (one batch per sampling round); node names may hold dots."""
+    return f"{ROOT}.telemetry.pod_usage.{_TOKEN.sub('_', node)}"
+
+
 SUBMIT_JOB = command("admission", "submit_job")
 ALL_TENANT_SUBMITS = f"{SUBMIT_JOB}.*"
 JOB_ACCEPTED = event("admission", "job_accepted")
@@ -61,6 +66,7 @@ PODS_EVICTED = event("scheduler", "pods_evicted")
 DEMAND_CHANGED = event("scheduler", "demand_changed")
 INVENTORY_CHANGED = event("telemetry", "inventory_changed")
 ALL_GPU_SAMPLES = f"{ROOT}.telemetry.gpu.*"
+ALL_POD_GPU_USAGE = f"{ROOT}.telemetry.pod_usage.*"
 GPU_UNHEALTHY = event("telemetry", "gpu_unhealthy")
 GPU_IDLE = event("telemetry", "gpu_idle")
 RIGHTSIZING_RECOMMENDED = event("telemetry", "rightsizing_recommended")

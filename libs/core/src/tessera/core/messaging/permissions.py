@@ -93,6 +93,7 @@ TRAFFIC: Mapping[str, Traffic] = {
             _c("slicing-scheduler-events", "scheduler", "tessera.scheduler.evt.>"),
             _c("slicing-inventory", "telemetry", subjects.INVENTORY_CHANGED),
             _c("slicing-gpu-idle", "telemetry", subjects.GPU_IDLE),
+            _c("slicing-pod-usage", "telemetry", subjects.ALL_POD_GPU_USAGE),
             _c("slicing-forecasts", "forecaster", subjects.FORECAST_UPDATED),
             _c("slicing-ready-for-eviction", "checkpoint", subjects.READY_FOR_EVICTION),
         )

@@ -7,11 +7,13 @@ import contextlib
 import logging
 from datetime import UTC, datetime, timedelta
 
-from tessera.contracts.events import GpuSample
+from tessera.contracts.events import GpuSample, PodGpuShare, PodGpuUsage
 from tessera.core.messaging.envelope import encode
 from tessera.core.runner import ServiceContext
 from tessera.core.waits import wait_any
+from tessera.telemetry.domain.attributed import AttributedGpu
 from tessera.telemetry.domain.model import Reading, SourceUnavailable, with_health
+from tessera.telemetry.domain.pod_usage import node_batches
 from tessera.telemetry.entrypoints.gpu_metrics import gpu_metrics
 from tessera.telemetry.entrypoints.logs import failure_log
 from tessera.telemetry.entrypoints.metrics import usage_metrics
@@ -139,6 +141,42 @@ async def _publish_samples(ctx: ServiceContext, readings: list[Reading], now: da
         )
 
 
+async def _publish_pod_usage(
+    ctx: ServiceContext, gpus: list[AttributedGpu], now: datetime, interval_s: float
+) -> None:
+    """Each node's per-pod use of this round, as one `pod_gpu_usage` batch (for slicing's packing);
+    straight to JetStream like the samples: the next round replaces a lost batch."""
+    publishes = []
+    for batch in node_batches(gpus):
+        event = PodGpuUsage(
+            node=batch.node,
+            at=now,
+            interval_s=interval_s,
+            pods=[
+                PodGpuShare(
+                    namespace=u.namespace,
+                    pod=u.pod,
+                    gpu_uuid=u.gpu_uuid,
+                    gpu_index=u.gpu_index,
+                    utilization_pct=round(u.utilization_pct, 3),
+                    allocated_milli=u.allocated_milli,
+                    split="memory" if u.split == "memory" else "requested",
+                )
+                for u in batch.pods
+            ],
+        )
+        subject, headers, body = encode(event, f"tessera/telemetry/{batch.node}", time=now)
+        publishes.append(ctx.js.publish(subject, body, headers=headers))
+    results = await asyncio.gather(*publishes, return_exceptions=True)
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:
+        failures.warning(
+            "pod-usage",
+            "some per-pod usage batches were not published",
+            extra={"failed": len(failed), "error": repr(failed[0])},
+        )
+
+
 async def _observe(t: Telemetry, readings: list[Reading], now: datetime) -> None:
     before = t.monitor.checkpoint()
     observation = t.monitor.observe(readings, now)
@@ -189,6 +227,7 @@ async def _account(t: Telemetry, readings: list[Reading], now: datetime) -> None
         t.attribution_problems = dict(attributed.problems)
     for gpu in attributed.gpus:
         ledger.count(gpu.reading, gpu.shares, now)
+    await _publish_pod_usage(t.ctx, attributed.gpus, now, t.sample_interval_s)
     usage_metrics(t.ctx.metrics.registry).record(
         ledger.accountant.take_sums(), t.currency, ledger.accountant.stats, len(attributed.fallback_nodes)
     )

@@ -1,0 +1,61 @@
+"""Per-pod GPU use, as published for slicing: one batch per node per sampling round. Pure.
+
+Attribution already splits each reading among the containers that hold the GPU (`attribution`).
+Slicing packs pods onto time-sliced GPUs by that use, so each round every node's shares are summed
+per pod and GPU (a pod's containers together) and sent as one `pod_gpu_usage` batch: the message
+count grows with nodes, not with pods. Use no holder accounts for (`unknown`) and bare processes
+(`pid/<n>`, NVML without Kubernetes) are left out: slicing plans for pods only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from tessera.telemetry.domain.attributed import AttributedGpu
+from tessera.telemetry.domain.attribution import MILLI_PER_GPU, SPLIT_MEMORY, SPLIT_REQUESTED, UNKNOWN
+
+
+@dataclass
+class PodGpuUse:
+    """One pod's part of one GPU in one round."""
+
+    namespace: str
+    pod: str
+    gpu_uuid: str
+    gpu_index: int
+    utilization_pct: float = 0.0
+    allocated_milli: int = 0
+    split: str = SPLIT_REQUESTED
+
+
+@dataclass
+class NodeBatch:
+    node: str
+    pods: list[PodGpuUse] = field(default_factory=list)
+
+
+def node_batches(gpus: Iterable[AttributedGpu]) -> list[NodeBatch]:
+    """The round's shares per node, summed per (pod, GPU); nodes and pods in name order."""
+    by_node: dict[str, dict[tuple[str, str, str], PodGpuUse]] = {}
+    for gpu in gpus:
+        reading = gpu.reading
+        if reading.lost:
+            continue
+        uses = by_node.setdefault(reading.node, {})
+        for share in gpu.shares:
+            if share.pod == UNKNOWN or share.namespace in ("", UNKNOWN, "pid"):
+                continue
+            key = (share.namespace, share.pod, reading.gpu_uuid)
+            use = uses.get(key)
+            if use is None:
+                use = uses[key] = PodGpuUse(share.namespace, share.pod, reading.gpu_uuid, reading.gpu_index)
+            use.utilization_pct = min(100.0, use.utilization_pct + 100.0 * max(0.0, share.used_gpus))
+            use.allocated_milli = min(
+                MILLI_PER_GPU, use.allocated_milli + round(MILLI_PER_GPU * max(0.0, share.allocated_gpus))
+            )
+            if share.split == SPLIT_MEMORY:
+                use.split = SPLIT_MEMORY
+    return [
+        NodeBatch(node, [uses[key] for key in sorted(uses)]) for node, uses in sorted(by_node.items()) if uses
+    ]

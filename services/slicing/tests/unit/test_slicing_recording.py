@@ -1,4 +1,5 @@
-"""Slicing records the scheduler's events and the inventory it consumes, and keeps them a week."""
+"""Slicing records the scheduler's events and the inventory it consumes, and keeps them a week; pods'
+measured use is kept for the usage window only."""
 
 from __future__ import annotations
 
@@ -35,11 +36,12 @@ INVENTORY = InventoryChanged(
 )
 
 
-def test_slicing_listens_to_the_scheduler_inventory_idle_gpus_forecasts_and_released_jobs() -> None:
+def test_slicing_listens_to_the_scheduler_inventory_idle_gpus_pod_use_forecasts_and_released_jobs() -> None:
     assert [(c.name, c.stream_owner, c.filter_subject) for c in bootstrap.consumers()] == [
         ("slicing-scheduler-events", "scheduler", "tessera.scheduler.evt.>"),
         ("slicing-inventory", "telemetry", subjects.INVENTORY_CHANGED),
         ("slicing-gpu-idle", "telemetry", subjects.GPU_IDLE),
+        ("slicing-pod-usage", "telemetry", subjects.ALL_POD_GPU_USAGE),
         ("slicing-forecasts", "forecaster", subjects.FORECAST_UPDATED),
         ("slicing-ready-for-eviction", "checkpoint", subjects.READY_FOR_EVICTION),
     ]
@@ -69,5 +71,8 @@ async def test_each_consumer_records_what_it_receives_in_order() -> None:
 def test_observed_events_are_kept_a_week_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TESSERA_SLICING_OBSERVED_RETENTION_H", raising=False)
     definition = bootstrap.build(SlicingSettings(kubeconfig=None))
-    assert definition.retention == [RetentionRule(orm.observed_events, "received_at", 7 * 24 * 3600)]
+    assert definition.retention == [
+        RetentionRule(orm.observed_events, "received_at", 7 * 24 * 3600),
+        RetentionRule(orm.pod_usage, "minute", 361 * 60.0),  # the usage window and the minute being written
+    ]
     assert definition.background == []  # without a cluster, demand is only recorded

@@ -23,6 +23,7 @@ from tessera.slicing.service_layer.dependencies import SlicingDeps
 from tessera.slicing.service_layer.operating import Operator
 from tessera.slicing.service_layer.planning import Planning
 from tessera.slicing.service_layer.unit_of_work import SlicingUnitOfWork
+from tessera.slicing.service_layer.usage import on_pod_usage
 
 
 def utc_now() -> datetime:
@@ -35,6 +36,8 @@ def consumers(_deps: object = None) -> list[ConsumerSpec[SlicingUnitOfWork]]:
         ConsumerSpec("slicing-scheduler-events", "scheduler", "tessera.scheduler.evt.>", record),
         ConsumerSpec("slicing-inventory", "telemetry", subjects.INVENTORY_CHANGED, record),
         ConsumerSpec("slicing-gpu-idle", "telemetry", subjects.GPU_IDLE, record),
+        # each pod's measured use, folded into minutes for packing time-sliced GPUs by use
+        ConsumerSpec("slicing-pod-usage", "telemetry", subjects.ALL_POD_GPU_USAGE, on_pod_usage),
         ConsumerSpec("slicing-forecasts", "forecaster", subjects.FORECAST_UPDATED, record),
         # a drained GPU's checkpointable job may be moved once the checkpoint service lets it go
         ConsumerSpec("slicing-ready-for-eviction", "checkpoint", subjects.READY_FOR_EVICTION, record),
@@ -81,7 +84,11 @@ def build(settings: SlicingSettings) -> ServiceDefinition[SlicingDeps]:
         consumers=consumers,
         # A finished task makes the service unready: the loops run only with a cluster to act on.
         background=[plan_layouts, drive_operations] if settings.kubeconfig else [],
-        retention=[RetentionRule(orm.observed_events, RECEIVED_AT, settings.observed_retention_h * 3600)],
+        retention=[
+            RetentionRule(orm.observed_events, RECEIVED_AT, settings.observed_retention_h * 3600),
+            # the usage history's window, and a minute more for the minute being written
+            RetentionRule(orm.pod_usage, "minute", (settings.planning.usage_lookback_minutes + 1) * 60.0),
+        ],
     )
 
 

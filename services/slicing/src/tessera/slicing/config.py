@@ -18,6 +18,7 @@ from tessera.core.recording.wiring import observed_retention_h
 from tessera.core.settings import ServiceSettings, http_port, service_config
 from tessera.slicing.domain.cluster_plan import PlannerSettings
 from tessera.slicing.domain.operation import RetryPolicy
+from tessera.slicing.domain.usage_history import UsageSettings
 
 
 class OperationSettings(BaseModel):
@@ -66,6 +67,32 @@ class PlanningSettings(BaseModel):
         description="share under MPS where every share fits its equal part of the GPU (else time-slicing)",
     )
 
+    usage_lookback_minutes: int = Field(
+        360,
+        ge=1,
+        description="minutes of each pod's measured GPU use that time-slicing packs by (B5's window)",
+    )
+    usage_half_life_minutes: float | None = Field(
+        30.0, gt=0, description="an older minute of use counts half as much per half-life; null: all alike"
+    )
+    usage_overload_budget: float = Field(
+        0.008,
+        ge=0,
+        lt=1,
+        description="share of the (weighted) minutes in which pods packed on one GPU may sum over 100 %",
+    )
+    usage_min_history_minutes: int = Field(
+        10, ge=1, description="a pod with fewer minutes of readings is sized by its requested milli"
+    )
+
+    def usage(self) -> UsageSettings:
+        return UsageSettings(
+            lookback_minutes=self.usage_lookback_minutes,
+            half_life_minutes=self.usage_half_life_minutes,
+            overload_budget=self.usage_overload_budget,
+            min_history_minutes=min(self.usage_min_history_minutes, self.usage_lookback_minutes),
+        )
+
     def planner(self) -> PlannerSettings:
         return PlannerSettings(
             reconfigure_minutes=self.reconfigure_minutes,
@@ -74,6 +101,7 @@ class PlanningSettings(BaseModel):
             min_dwell_s=self.min_dwell_s,
             change_busy_gpus=self.change_busy_gpus,
             prefer_mps=self.prefer_mps,
+            usage=self.usage(),
         )
 
 

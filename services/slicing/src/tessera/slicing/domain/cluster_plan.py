@@ -42,7 +42,14 @@ from tessera.slicing.domain.layout import (
     SharingMode,
 )
 from tessera.slicing.domain.single_gpu import SingleGpuPlan, best_geometry
-from tessera.slicing.domain.time_slicing import DEFAULT_MAX_REPLICAS, choose_replicas, sharing_layout
+from tessera.slicing.domain.time_slicing import (
+    DEFAULT_MAX_REPLICAS,
+    PodUse,
+    choose_replicas,
+    fit_by_usage,
+    sharing_layout,
+)
+from tessera.slicing.domain.usage_history import UsageSettings
 
 # pending MIG pods are counted by (profile, the GPU models they allow; empty for any)
 MigWant = tuple[str, tuple[str, ...]]
@@ -60,6 +67,8 @@ class GpuState:
     used_milli: int = 0
     utilization_pct: float | None = None
     changed_s_ago: float | None = None
+    #: the pods on the GPU, with their measured use where telemetry has enough of it
+    pods: tuple[PodUse, ...] = ()
 
     def __post_init__(self) -> None:
         if self.running_pods < 0:
@@ -89,6 +98,7 @@ class PlannerSettings:
     max_replicas: int = DEFAULT_MAX_REPLICAS
     change_busy_gpus: bool = False
     prefer_mps: bool = True
+    usage: UsageSettings = field(default_factory=UsageSettings)
 
     def worth_it(self, gpu_fraction_served: float) -> bool:
         benefit = gpu_fraction_served * self.benefit_horizon_minutes
@@ -342,6 +352,7 @@ def _plan_shares(draft: _Draft, shares: list[int]) -> list[str]:
         return []
     # Free replicas of GPUs already time-sliced serve first.
     remaining = sorted(shares, reverse=True)
+    assigned: dict[tuple[str, int], list[int]] = {}
     for node in draft.nodes.values():
         for gpu in node.gpus:
             layout = draft.layout(node.name, gpu)
@@ -354,9 +365,11 @@ def _plan_shares(draft: _Draft, shares: list[int]) -> list[str]:
             for share in remaining:
                 if slots > 0 and share <= room and share <= largest:
                     slots, room = slots - 1, room - share
+                    assigned.setdefault((node.name, gpu.index), []).append(share)
                 else:
                     kept.append(share)
             remaining = kept
+    remaining = _grow_by_use(draft, remaining, assigned)
     if not remaining:
         return []
     choice = choose_replicas(remaining, draft.settings.max_replicas)
@@ -387,7 +400,10 @@ def _plan_shares(draft: _Draft, shares: list[int]) -> list[str]:
                 gpus_freed=float(max(0, pods - len(taken))) if i == 0 else 0.0,
                 capacity_minutes_lost=draft.settings.reconfigure_minutes,
             )
-            reason = f"pending shares: {pods} pod(s) on {len(taken)} GPU(s), {layout.replicas} {layout.mode} replicas"
+            reason = (
+                f"pending shares: {pods} pod(s) on {len(taken)} GPU(s), {layout.replicas} {layout.mode} "
+                "replicas, by requested milli"
+            )
             draft.set(node.name, gpu, layout, reason, score)
         needed -= len(whole)
     if needed > 0:
@@ -395,6 +411,63 @@ def _plan_shares(draft: _Draft, shares: list[int]) -> list[str]:
             f"fractional demand: {sum(len(b) for b in bins)} pod(s) wait, no idle node can be time-sliced"
         ]
     return []
+
+
+def _grow_by_use(
+    draft: _Draft, shares: list[int], assigned: Mapping[tuple[str, int], list[int]]
+) -> list[int]:
+    """More replicas on busy time-sliced nodes, for the pending shares that fit beside their pods.
+
+    `fit_by_usage` packs the pending shares beside each GPU's pods with `pack_by_usage` as the test:
+    pods with history count by their measured use, the others (and the pending shares) by their
+    requested milli, and the node's replicas grow to the most pods a GPU then holds. Growing takes no
+    replica a running pod holds, so busy GPUs may grow (no drain); the dwell time and the benefit test
+    still apply. The reason says whether measured use or requested milli decided."""
+    remaining = sorted(shares, reverse=True)
+    usage = draft.settings.usage
+    for node in draft.nodes.values():
+        whole = [g for g in node.gpus if g.layout.mode is not SharingMode.MIG]
+        if not remaining or not whole or node.pinned or not node.schedulable:
+            continue
+        if any(
+            g.layout.mode is not SharingMode.TIME_SLICING
+            or draft.touched(node.name, g)
+            or (node.name, g.index) in draft.reserved
+            or (g.changed_s_ago is not None and g.changed_s_ago < draft.settings.min_dwell_s)
+            for g in whole
+        ):
+            continue
+        if not any(g.pods for g in whole):
+            continue  # an idle time-sliced node is for the free-replica pass and the exclusive return
+        replicas = min(g.layout.replicas for g in whole)
+        members = [[*g.pods, *(PodUse("", m) for m in assigned.get((node.name, g.index), []))] for g in whole]
+        fit = fit_by_usage(
+            members, remaining, draft.settings.max_replicas, usage.overload_budget, usage.half_life_minutes
+        )
+        if fit.replicas <= replicas or not fit.placed:
+            continue
+        if not draft.settings.worth_it(sum(fit.placed) / MILLI_PER_GPU):
+            continue
+        layout = GpuLayout.time_slicing(fit.replicas)
+        running = sum(len(g.pods) for g in whole)
+        basis = (
+            f"by measured use ({fit.measured} sized by their history, the rest by requested milli)"
+            if fit.measured
+            else "by requested milli (no pod has history)"
+        )
+        reason = (
+            f"pending shares: {len(fit.placed)} pod(s) join {running} running pod(s) {basis}; "
+            f"time_slicing replicas {replicas} -> {fit.replicas}"
+        )
+        for i, gpu in enumerate(whole):
+            score = PlanScore(
+                pods_placeable=len(fit.placed) if i == 0 else 0,
+                capacity_minutes_lost=draft.settings.reconfigure_minutes,
+            )
+            draft.set(node.name, gpu, layout, reason, score)
+        for milli in fit.placed:
+            remaining.remove(milli)
+    return remaining
 
 
 def _sharing(

@@ -210,3 +210,74 @@ def pack_by_usage(
         else:
             bins[:], sums[:] = saved
     return UsagePacking(tuple(tuple(sorted(b)) for b in bins if b), moves)
+
+
+@dataclass(frozen=True, slots=True)
+class PodUse:
+    """A pod on a GPU as the planner sizes it: its requested milli, and its measured use per minute
+    (`usage_history.UsageHistory.series`) or None when it has too little history."""
+
+    pod: str
+    milli: int
+    history: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageFit:
+    """Pending shares that join a time-sliced node's GPUs by measured use, and the replicas it takes."""
+
+    replicas: int  # the most pods any of the GPUs holds then
+    placed: tuple[int, ...]  # milli of the pending shares placed
+    running: int  # pods already on the GPUs
+    measured: int  # of those, pods sized by their measured use (the rest by requested milli)
+
+
+def fit_by_usage(
+    gpus: Sequence[Sequence[PodUse]],
+    shares: Sequence[int],
+    max_replicas: int,
+    overload_budget: float,
+    half_life_minutes: float | None,
+) -> UsageFit:
+    """Place pending shares (milli, no history) beside the pods on each GPU, with `pack_by_usage` as
+    the test of a GPU's pods fitting: pods with history count by their measured use, the others (the
+    pending shares among them) by their requested milli, as a flat series. Pods stay on their GPU."""
+    minutes = max((len(p.history) for g in gpus for p in g if p.history is not None), default=1)
+
+    def series(pod: PodUse) -> list[float]:
+        if pod.history is not None:
+            return list(pod.history)
+        return [min(100.0, pod.milli / 10.0)] * minutes
+
+    left = sorted(shares, reverse=True)
+    placed: list[int] = []
+    counts: list[int] = []
+    for members in gpus:
+        histories = [series(p) for p in members]
+        too_large = MILLI_PER_GPU + 1  # a share this large or larger did not fit this GPU
+        for share in list(left):
+            if len(histories) >= max_replicas:
+                break
+            if share >= too_large:
+                continue
+            candidate = [*histories, series(PodUse("", share))]
+            packed = pack_by_usage(
+                candidate,
+                max_replicas,
+                overload_budget=overload_budget,
+                current=[0] * len(candidate),
+                half_life_minutes=half_life_minutes,
+            )
+            if len(packed.gpus) == 1:  # every pod stayed on the GPU: together they fit
+                histories = candidate
+                left.remove(share)
+                placed.append(share)
+            else:
+                too_large = share
+        counts.append(len(histories))
+    return UsageFit(
+        replicas=max(counts, default=0),
+        placed=tuple(placed),
+        running=sum(len(g) for g in gpus),
+        measured=sum(1 for g in gpus for p in g if p.history is not None),
+    )

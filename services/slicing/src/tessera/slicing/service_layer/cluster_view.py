@@ -7,7 +7,7 @@ the next round, as a node has one open operation at a time)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -21,6 +21,7 @@ from tessera.cluster.domain.node import Node
 from tessera.cluster.domain.requirements import GpuRequestKind, Pod
 from tessera.slicing.domain.cluster_plan import GpuState, NodeState
 from tessera.slicing.domain.layout import (
+    GpuChange,
     GpuLayout,
     LayoutPlan,
     MigSlice,
@@ -31,6 +32,10 @@ from tessera.slicing.domain.layout import (
     node_capacity,
 )
 from tessera.slicing.domain.operation import ChangeKind, GpuTarget, NodeChange
+from tessera.slicing.domain.time_slicing import PodUse
+
+#: a pod's measured use per minute (namespace/name -> series), None when it has too little history
+UsageOf = Callable[[str], tuple[float, ...] | None]
 
 #: a node labelled so keeps the layout someone set by hand: slicing never plans for it
 PIN_LABEL = "tessera.io/slicing"
@@ -48,6 +53,7 @@ class GpuUse:
     pods: set[str] = field(default_factory=set)
     milli: int = 0
     slices: set[MigSlice] = field(default_factory=set)
+    milli_of: dict[str, int] = field(default_factory=dict)  # pod -> milli it holds of the GPU
 
 
 def current_layouts(node: Node) -> dict[int, GpuLayout]:
@@ -82,13 +88,19 @@ def gpu_use(node: Node, pods: Iterable[Pod]) -> dict[str, GpuUse]:
                 held.slices.add(MigSlice(start=share.mig.start, profile=share.mig.profile))
             else:
                 held.milli += share.milli
+                held.milli_of[name] = held.milli_of.get(name, 0) + share.milli
     return use
 
 
 def node_state(
-    node: Node, pods: Iterable[Pod], changed_at: Mapping[int, datetime], now: datetime
+    node: Node,
+    pods: Iterable[Pod],
+    changed_at: Mapping[int, datetime],
+    now: datetime,
+    usage: UsageOf | None = None,
 ) -> NodeState | None:
-    """The planner's view of a node; None for a node without GPUs the catalogue knows."""
+    """The planner's view of a node; None for a node without GPUs the catalogue knows. `usage` gives
+    the measured use of the pods on time-sliced GPUs (see `domain.usage_history`)."""
     if not node.gpus or any(gpu.model not in CATALOGUE for gpu in node.gpus):
         return None
     layouts = current_layouts(node)
@@ -107,6 +119,12 @@ def node_state(
                 running_pods=len(held.pods),
                 used_milli=min(held.milli, 1000 * max(1, node.gpu_replicas)),
                 changed_s_ago=None if changed is None else max(0.0, (now - changed).total_seconds()),
+                pods=tuple(
+                    PodUse(
+                        name, max(1, min(1000, held.milli_of.get(name, 1000))), usage(name) if usage else None
+                    )
+                    for name in sorted(held.pods)
+                ),
             )
         )
     return NodeState(
@@ -157,11 +175,38 @@ def node_changes(
                 ),
                 expected_resources=expected_resources(node, after),
                 previous_config=previous,
-                drain=bool(set(desired) & (busy or {}).get(name, frozenset())),
+                drain=bool(set(desired) & (busy or {}).get(name, frozenset())) and not grows_replicas(chosen),
                 reason="; ".join(dict.fromkeys(c.reason for c in chosen)),
             )
         )
     return result
+
+
+def grows_replicas(changes: Iterable[GpuChange]) -> bool:
+    """Only more time-slicing replicas on GPUs already time-sliced: every running pod keeps its replica,
+    so the GPUs need not be idle nor drained."""
+    changes = list(changes)
+    return bool(changes) and all(
+        c.current.mode is SharingMode.TIME_SLICING
+        and c.desired.mode is SharingMode.TIME_SLICING
+        and c.desired.replicas >= c.current.replicas
+        for c in changes
+    )
+
+
+def keeps_running_pods(change: NodeChange, node: Node) -> bool:
+    """The change only adds time-slicing replicas to GPUs the node time-slices now (see
+    `grows_replicas`): the pods that hold GPUs keep them, so the change need not wait for them."""
+    if change.kind is not ChangeKind.TIME_SLICING:
+        return False
+    current = current_layouts(node)
+    return bool(change.gpus) and all(
+        g.kind == "time_slicing"
+        and g.index in current
+        and current[g.index].mode is SharingMode.TIME_SLICING
+        and g.replicas >= current[g.index].replicas
+        for g in change.gpus
+    )
 
 
 def expected_resources(node: Node, layouts: Mapping[int, GpuLayout]) -> dict[str, int]:

@@ -18,6 +18,7 @@ from typing import Any
 from tessera.cluster.domain.node import Node
 from tessera.contracts.events import DemandChanged, ForecastUpdated, GangUnschedulable, GpuIdle
 from tessera.slicing.adapters.repository import Signal
+from tessera.slicing.adapters.usage_repository import minute_of
 from tessera.slicing.domain.cluster_plan import NodeState, PlannerSettings, plan_cluster
 from tessera.slicing.domain.demand import (
     DemandWindow,
@@ -33,6 +34,7 @@ from tessera.slicing.domain.operation import NodeChange, Operation
 from tessera.slicing.service_layer.cluster_view import node_changes, node_state
 from tessera.slicing.service_layer.ports import ClusterOps
 from tessera.slicing.service_layer.unit_of_work import SlicingUnitOfWork
+from tessera.slicing.service_layer.usage import load_history
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +103,12 @@ async def plan_round(planning: Planning) -> list[str]:
     async with planning.uow() as uow:
         underway = {op.change.node: op.change for op in await uow.operations.open_ones()}
         recent = await uow.operations.succeeded_since(now - timedelta(seconds=planning.settings.min_dwell_s))
+        history = await load_history(uow, planning.settings.usage, now)
+    now_minute = minute_of(now)
+
+    def usage(pod: str) -> tuple[float, ...] | None:
+        return history.series(pod, now_minute)
+
     changed_at: dict[str, dict[int, datetime]] = {}
     for op in recent:
         for gpu in op.change.gpus:
@@ -108,7 +116,8 @@ async def plan_round(planning: Planning) -> list[str]:
     states = []
     busy: dict[str, frozenset[int]] = {}
     for name, node in nodes.items():
-        state = node_state(node, [p for p in pods if p.node_name == name], changed_at.get(name, {}), now)
+        on_node = [p for p in pods if p.node_name == name]
+        state = node_state(node, on_node, changed_at.get(name, {}), now, usage)
         if state is not None:
             busy[name] = frozenset(g.index for g in state.gpus if g.busy)
             states.append(_as_it_will_be(state, underway[name]) if name in underway else state)
@@ -116,6 +125,9 @@ async def plan_round(planning: Planning) -> list[str]:
     planning.last_plan = plan
     for explanation in plan.explanations:
         log.warning("demand the plan cannot serve", extra={"reason": explanation})
+    measured = sum(1 for state in states for g in state.gpus for p in g.pods if p.history is not None)
+    if measured:
+        log.info("pods sized by measured use", extra={"pods": measured, "history_pods": len(history.pods)})
     return await _store(planning, node_changes(plan, _free(nodes, underway), busy), now)
 
 

@@ -1,4 +1,4 @@
-"""The slicing service's unit of work: the events it records, its operations and node leases, with the
+"""The slicing service's unit of work: the events it records, its operations, node leases and pods' measured use, with the
 outbox and inbox on one transaction. Operations the repository loads or adds are tracked, so `commit()`
 writes the events they recorded into the outbox."""
 
@@ -16,6 +16,7 @@ from tessera.slicing.adapters.repository import (
     SqlOperationRepository,
     SqlSignalRepository,
 )
+from tessera.slicing.adapters.usage_repository import SqlUsageRepository, UsageRepository
 
 if TYPE_CHECKING:  # the session is only handed on to the adapters
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -26,9 +27,11 @@ class SlicingUnitOfWork(RecordingUnitOfWork):
     operations: OperationRepository
     leases: LeaseRepository
     signals: SignalRepository
+    usage: UsageRepository
 
     def open_repositories(self, session: AsyncSession) -> None:
         super().open_repositories(session)
         self.operations = SqlOperationRepository(session, self.track)
         self.leases = SqlLeaseRepository(session)
         self.signals = SqlSignalRepository(session)
+        self.usage = SqlUsageRepository(session)

@@ -11,6 +11,7 @@ from typing import Any
 from tessera.admission.domain.model import JobState
 from tessera.admission.domain.queueing import (
     FlavorQuotas,
+    NodeRequirement,
     PodGroup,
     QueueingConfig,
     QueueingValidationError,
@@ -51,7 +52,8 @@ def flavor_of_model(model: str) -> str:
 
 
 def groups_of(spec: JobSpec) -> list[dict[str, Any]]:
-    """Per pod group: pod count, per-pod requests by resource, allowed flavors (JSON-friendly)."""
+    """Per pod group: pod count, per-pod requests by resource, allowed flavors and, when its template
+    has any, its nodeSelector and required node affinity (JSON-friendly)."""
     out = []
     for g in spec.pod_groups:
         requests: dict[str, int] = {CPU: g.cpu_milli, MEMORY: g.memory_mib}
@@ -64,7 +66,11 @@ def groups_of(spec: JobSpec) -> list[dict[str, Any]]:
                 requests[GPU_MILLI] = g.gpu.milli
             elif g.gpu.mig_profile is not None:
                 requests[mig_resource(g.gpu.mig_profile)] = 1
-        out.append({"name": g.name, "count": g.replicas, "requests": requests, "flavors": models})
+        entry: dict[str, Any] = {"name": g.name, "count": g.replicas, "requests": requests, "flavors": models}
+        node = NodeRequirement.of_template(g.template)
+        if node:  # what its pods require of a node: flavors and nodes that contradict it are not tried
+            entry["node"] = node.to_json()
+        out.append(entry)
     return out
 
 
@@ -103,7 +109,8 @@ def to_workload(
                 if name in wanted or flavor_of_model(flavor.gpu_model or name) in wanted
             }
             allowed = frozenset(known) or wanted
-        pod_groups.append(PodGroup(g["name"], int(g["count"]), requests, allowed))
+        node = NodeRequirement.stored(g.get("node"))
+        pod_groups.append(PodGroup(g["name"], int(g["count"]), requests, allowed, node))
     return Workload(job_id, queue, tuple(pod_groups), priority, created_at, preemptible, checkpointable)
 
 

@@ -4,7 +4,7 @@ the GPUs the scheduler's placements hold, less what admitted but not yet placed 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tessera.admission.domain.queueing import (
@@ -23,33 +23,52 @@ from tessera.admission.domain.queueing.shape import FULL_GPU_MILLI
 
 @dataclass(frozen=True)
 class NodeShape:
-    """A node as the inventory describes it: every GPU, used or not."""
+    """A node as the inventory describes it: every GPU, used or not, and its labels."""
 
     name: str
     gpus: int
     model: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def may_hold(self, group: PodGroup) -> bool:
+        """Whether the node's labels allow the group's pods (unknown labels allow any pod)."""
+        return not group.node or not self.labels or group.node.matches_node(self.labels, self.name)
+
+    @property
+    def described(self) -> str:
+        return f"{self.gpus} x {self.model}" if self.model else f"{self.gpus} GPUs"
 
 
 class GpuShapeOracle:
     """`FreeShapeOracle` over whole and fractional GPUs. Telemetry's inventory does not describe
-    MIG slices, so MIG pods are left to the scheduler (and to quota). Knowing the largest node, it
-    says which pods no node could ever hold; such a job waits (a larger node may join) saying so."""
+    MIG slices, so MIG pods are left to the scheduler (and to quota). Knowing every node's shape and
+    labels, it says which pods no node could ever hold (too many GPUs for the largest node their
+    nodeSelector and required affinity allow, or no such node at all); such a job waits (a node may
+    join) saying so."""
 
-    def __init__(self, inner: FreeShapeOracle, largest: NodeShape | None = None) -> None:
+    def __init__(self, inner: FreeShapeOracle, shapes: Sequence[NodeShape] = ()) -> None:
         self.inner = inner
-        self.largest = largest
+        self.shapes = tuple(shapes)
 
     def never_fits(self, workload: Workload) -> str | None:
-        if self.largest is None:
+        if not self.shapes:
             return None
-        largest = self.largest
         for group in workload.pod_groups:
+            allowed = [s for s in self.shapes if s.may_hold(group)]
+            if not allowed:
+                return (
+                    f"no node shape holds a pod of {group.name!r}: no node matches its required node "
+                    f"affinity: {group.node.describe()}"
+                )
+            largest = max(allowed, key=lambda s: s.gpus)
             wanted = group.requests.get(GPU, 0)
             if wanted > largest.gpus:
-                shape = f"{largest.gpus} x {largest.model}" if largest.model else f"{largest.gpus} GPUs"
+                where = (
+                    "the largest node" if len(allowed) == len(self.shapes) else "the largest node it may use"
+                )
                 return (
                     f"no node shape holds a pod of {group.name!r} ({wanted} GPUs): "
-                    f"the largest node, {largest.name}, has {shape}"
+                    f"{where}, {largest.name}, has {largest.described}"
                 )
         return None
 
@@ -65,11 +84,23 @@ def _without_mig(workload: Workload) -> Workload:
         return workload
     groups = tuple(
         PodGroup(
-            g.name, g.count, {r: q for r, q in g.requests.items() if not r.startswith(MIG_PREFIX)}, g.flavors
+            g.name,
+            g.count,
+            {r: q for r, q in g.requests.items() if not r.startswith(MIG_PREFIX)},
+            g.flavors,
+            g.node,
         )
         for g in workload.pod_groups
     )
-    return Workload(workload.name, workload.queue, groups, workload.priority, workload.created_at)
+    return Workload(
+        workload.name,
+        workload.queue,
+        groups,
+        workload.priority,
+        workload.created_at,
+        workload.preemptible,
+        workload.checkpointable,
+    )
 
 
 def free_shape(
@@ -86,17 +117,18 @@ def free_shape(
     (`flavor_of_node`), else the one ``flavor_for_model`` names for its GPU model."""
     labels = labels or {}
     free: list[NodeFree] = []
-    largest: NodeShape | None = None
+    shapes: list[NodeShape] = []
     for name, gpus in nodes:
-        if gpus and (largest is None or len(gpus) > largest.gpus):
-            largest = NodeShape(name, len(gpus), str(gpus[0].get("model", "")))
+        node_labels = dict(labels.get(name, {}))
+        if gpus:
+            shapes.append(NodeShape(name, len(gpus), str(gpus[0].get("model", "")), node_labels))
         healthy = [g for g in gpus if g.get("healthy", True)]
         if not healthy:
             continue
         model = str(healthy[0].get("model", ""))
         flavor = (
             single_flavor
-            or flavor_of_node(model, labels.get(name, {}), flavors)
+            or flavor_of_node(model, node_labels, flavors)
             or flavor_for_model.get(model.lower(), model.lower())
         )
         whole = 0
@@ -107,7 +139,7 @@ def free_shape(
                 whole += 1
             elif used < FULL_GPU_MILLI:
                 partial.append(FULL_GPU_MILLI - used)
-        free.append(NodeFree(name, flavor, whole, tuple(partial)))
+        free.append(NodeFree(name, flavor, whole, tuple(partial), labels=node_labels))
     if not free:
         return None
-    return GpuShapeOracle(FreeShapeOracle(free), largest)
+    return GpuShapeOracle(FreeShapeOracle(free), shapes)

@@ -1,6 +1,7 @@
 """Pure queueing domain of admission: quotas over a cohort tree, flavor assignment, fair share,
 preemption and the admission cycle. No I/O; the service persists and publishes the decisions."""
 
+from tessera.admission.domain.queueing.affinity import NodeRequirement
 from tessera.admission.domain.queueing.config import QueueingConfig
 from tessera.admission.domain.queueing.decisions import (
     Admit,
@@ -50,6 +51,7 @@ __all__ = [
     "FreeShapeOracle",
     "InFlightPreemption",
     "NodeFree",
+    "NodeRequirement",
     "Placement",
     "PodGroup",
     "Preempt",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Self
 
+from tessera.admission.domain.queueing.affinity import ANY_NODE, NodeRequirement
 from tessera.admission.domain.queueing.model import (
     BorrowWithinCohort,
     FlavorQuotas,
@@ -86,6 +87,7 @@ class JobBuilder:
         self._created_at = 0.0
         self._groups: list[PodGroup] = []
         self._flavors: frozenset[str] = frozenset()
+        self._node = ANY_NODE
         self._preemptible = True
         self._checkpointable = False
 
@@ -106,6 +108,11 @@ class JobBuilder:
         self._flavors = frozenset(names)
         return self
 
+    def on_nodes(self, node: NodeRequirement) -> Self:
+        """What the pods of the pod groups added after this call require of a node."""
+        self._node = node
+        return self
+
     def gpus(self, per_pod: int, pods: int = 1, group: str | None = None, **extra: int) -> Self:
         return self.group(group, pods, **{GPU: per_pod}, **extra)
 
@@ -118,7 +125,7 @@ class JobBuilder:
     def group(self, name: str | None, pods: int, **requests: int) -> Self:
         requests = {k.replace("_", "-"): v for k, v in requests.items()}
         group_name = name or f"g{len(self._groups)}"
-        self._groups.append(PodGroup(group_name, pods, requests, self._flavors))
+        self._groups.append(PodGroup(group_name, pods, requests, self._flavors, self._node))
         return self
 
     def not_preemptible(self) -> Self:

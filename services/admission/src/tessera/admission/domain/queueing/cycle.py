@@ -168,13 +168,14 @@ class AdmissionCycle:
         engine = self.engine
         spec = engine.config.queues[workload.queue]
         spot = engine.config.spot_flavors
-        assignment = assign_flavors(engine.tree, spec, workload, spot)
+        specs = engine.config.flavor_specs
+        assignment = assign_flavors(engine.tree, spec, workload, spot, (), specs)
         if assignment.mode is FitMode.FIT:
             if self.oracle is not None:
                 placement = self.oracle.try_place(workload, assignment.flavors)
                 if placement is None and spot.intersection(assignment.flavors):
                     # No spot node free for it: on-demand capacity, if its quota has room now.
-                    fallback = assign_flavors(engine.tree, spec, workload, spot, exclude=spot)
+                    fallback = assign_flavors(engine.tree, spec, workload, spot, spot, specs)
                     if fallback.mode is FitMode.FIT:
                         placement = self.oracle.try_place(workload, fallback.flavors)
                         if placement is not None:
@@ -289,5 +290,5 @@ class AdmissionCycle:
 def _signature(workload: Workload) -> Signature:
     return (
         workload.priority,
-        tuple((g.count, tuple(sorted(g.requests.items())), g.flavors) for g in workload.pod_groups),
+        tuple((g.count, tuple(sorted(g.requests.items())), g.flavors, g.node) for g in workload.pod_groups),
     )

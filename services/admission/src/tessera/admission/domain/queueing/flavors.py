@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
+from tessera.admission.domain.queueing.affinity import flavor_label_keys
 from tessera.admission.domain.queueing.model import FlavorSpec, PodGroup, QueueSpec, Workload
 from tessera.admission.domain.queueing.quota import QuotaTree
 from tessera.admission.domain.queueing.resources import FlavorResource
@@ -61,14 +62,41 @@ def candidate_flavors(
     return on_demand or on_spot
 
 
+def matching_flavors(
+    queue: QueueSpec, group: PodGroup, flavors: list[str], specs: Mapping[str, FlavorSpec]
+) -> list[str]:
+    """Those of ``flavors`` whose node labels do not contradict what the group's pods require of a
+    node (`NodeRequirement.allows_flavor`, on the label keys the queue's flavors name). A flavor the
+    configuration does not describe names no labels and contradicts nothing."""
+    if not group.node:
+        return flavors
+    keys = flavor_label_keys([specs[f].node_labels for f in queue.flavor_order if f in specs])
+    return [
+        f
+        for f in flavors
+        if f not in specs or group.node.allows_flavor(specs[f].node_labels, keys, specs[f].gpu_model)
+    ]
+
+
+def no_flavor_matches(queue: QueueSpec, group: PodGroup, tried: Collection[str]) -> str:
+    """Why no flavor can ever hold the group's pods: `queue q: no flavor (a, b) matches ...`."""
+    return (
+        f"queue {queue.name}: no flavor ({', '.join(tried)}) matches the pods' required node affinity "
+        f"of pod group {group.name}: {group.node.describe()}"
+    )
+
+
 def assign_flavors(
     tree: QuotaTree,
     queue: QueueSpec,
     workload: Workload,
     spot: Collection[str] = (),
     exclude: Collection[str] = (),
+    specs: Mapping[str, FlavorSpec] | None = None,
 ) -> Assignment:
-    """``spot``: the names of the configuration's spot flavors; ``exclude``: flavors not to try."""
+    """``spot``: the names of the configuration's spot flavors; ``exclude``: flavors not to try;
+    ``specs``: the flavors described (their node labels), by name. A pod group no flavor's node labels
+    allow (`matching_flavors`) does not fit, saying which requirement."""
     usage: dict[FlavorResource, int] = {}
     chosen: list[str] = []
     mode = FitMode.FIT
@@ -78,7 +106,11 @@ def assign_flavors(
         best_preempt: str | None = None
         picked: str | None = None
         reasons: list[str] = []
-        for flavor in candidate_flavors(queue, group, workload.preemptible, spot, exclude):
+        tried = candidate_flavors(queue, group, workload.preemptible, spot, exclude)
+        allowed = matching_flavors(queue, group, tried, specs or {})
+        if tried and not allowed:
+            return Assignment(FitMode.NO_FIT, (), {}, False, no_flavor_matches(queue, group, tried))
+        for flavor in allowed:
             group_mode = FitMode.FIT
             for res, qty in requests.items():
                 fr = (flavor, res)

@@ -12,6 +12,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
+from tessera.admission.domain.queueing.affinity import ANY_NODE, NodeRequirement
 from tessera.admission.domain.queueing.decisions import PreemptionReason
 from tessera.admission.domain.queueing.resources import FlavorResource
 
@@ -167,12 +168,14 @@ class PreemptionTiming:
 class PodGroup:
     """`count` identical pods with per-pod `requests` by resource name.
 
-    `flavors` restricts where the group may go (empty: any flavor of the queue)."""
+    `flavors` restricts where the group may go (empty: any flavor of the queue); `node` is what its
+    pods require of a node (their nodeSelector and required node affinity)."""
 
     name: str
     count: int
     requests: Mapping[str, int]
     flavors: frozenset[str] = frozenset()
+    node: NodeRequirement = ANY_NODE
 
     @cached_property
     def total_requests(self) -> dict[str, int]:

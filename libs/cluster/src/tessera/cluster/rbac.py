@@ -117,10 +117,13 @@ CUSTOM_OBJECT_CALLS: Mapping[str, Mapping[str, frozenset[ApiCall]]] = {
         "delete_namespaced_custom_object": _calls("keda.sh", "scaledobjects", "delete"),
     },
     # users' JobSets labelled `tessera.io/queue` in any namespace: listed each round, read for their
-    # uid (Events), held and released (patched), deleted when their job is cancelled
+    # uid (Events), held and released (patched), deleted when their job is cancelled; users'
+    # LeaderWorkerSets: listed for the groups of their gated pods, read for their uid (Events)
     "admission": {
-        "list_cluster_custom_object": _calls("jobset.x-k8s.io", "jobsets", "list"),
-        "get_namespaced_custom_object": _calls("jobset.x-k8s.io", "jobsets", "get"),
+        "list_cluster_custom_object": _calls("jobset.x-k8s.io", "jobsets", "list")
+        | _calls("leaderworkerset.x-k8s.io", "leaderworkersets", "list"),
+        "get_namespaced_custom_object": _calls("jobset.x-k8s.io", "jobsets", "get")
+        | _calls("leaderworkerset.x-k8s.io", "leaderworkersets", "get"),
         "patch_namespaced_custom_object": _calls("jobset.x-k8s.io", "jobsets", "patch"),
         "delete_namespaced_custom_object": _calls("jobset.x-k8s.io", "jobsets", "delete"),
     },

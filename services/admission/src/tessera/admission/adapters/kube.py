@@ -24,9 +24,10 @@ from tessera.admission.domain.flavor_placement import FlavorPlacement, jobset_pl
 from tessera.admission.domain.job_conditions import Condition, merged
 from tessera.admission.domain.kube_objects import JobObjects
 from tessera.admission.domain.native_jobsets import JOBSET_API
+from tessera.admission.domain.native_lws import LWS_API
 from tessera.admission.domain.native_pods import gated, without_gate
 from tessera.admission.domain.reconcile import ClusterView
-from tessera.admission.domain.webhook import QUEUE_LABEL
+from tessera.admission.domain.webhook import LWS_NAME_LABEL, QUEUE_LABEL
 from tessera.admission.service_layer.ports import WorkloadError, WorkloadGone
 from tessera.cluster.conventions.names import JOB_ID_LABEL
 
@@ -138,7 +139,7 @@ class KubeWorkloads:
             "kind": "Event",
             "metadata": {"name": f"{job}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
             "involvedObject": {
-                "apiVersion": {"Pod": "v1", "JobSet": "/".join(JOBSET_API[:2])}.get(involved, "batch/v1"),
+                "apiVersion": _API_VERSIONS.get(involved, "batch/v1"),
                 "kind": involved,
                 "name": job,
                 "namespace": namespace,
@@ -156,9 +157,9 @@ class KubeWorkloads:
         await _call(self._core.create_namespaced_event, namespace, body)
 
     async def _read(self, involved: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """The object of kind ``involved`` (Job, Pod or JobSet); ``None`` when it is gone."""
-        if involved == "JobSet":
-            group, version, plural = JOBSET_API
+        """The object of kind ``involved`` (Job, Pod, JobSet or LeaderWorkerSet); ``None`` when gone."""
+        if involved in _CUSTOM:
+            group, version, plural = _CUSTOM[involved]
             answer = await _call(
                 self._custom.get_namespaced_custom_object,
                 group,
@@ -222,6 +223,50 @@ class KubeWorkloads:
             _content_type=MERGE_PATCH,
         )
         return True
+
+    async def lws_pods(self) -> list[dict[str, Any]]:
+        """The pods of LeaderWorkerSets whose templates carry the queue label."""
+        return await self._labelled(self._core.list_pod_for_all_namespaces, f"{QUEUE_LABEL},{LWS_NAME_LABEL}")
+
+    async def leaderworkersets(self) -> list[dict[str, Any]]:
+        """Every LeaderWorkerSet; none where the API does not serve them."""
+        group, version, plural = LWS_API
+        answer = await _call(
+            self._custom.list_cluster_custom_object,
+            group,
+            version,
+            plural,
+            ok=(ABSENT,),
+            _preload_content=False,
+        )
+        return [] if answer is None else list(json.loads(answer.data)["items"])
+
+    async def label_pods(
+        self, namespace: str, labels: Mapping[str, Mapping[str, str]], release: bool
+    ) -> list[str]:
+        """Give each named pod its labels, and with ``release`` remove admission's scheduling gate, in
+        one patch per pod (so no scheduler sees it ungated without them); returns the pods changed.
+        A pod found gone is skipped: its group is made again."""
+        changed = []
+        for name, wanted in labels.items():
+            answer = await _call(
+                self._core.read_namespaced_pod, name, namespace, ok=(ABSENT,), _preload_content=False
+            )
+            if answer is None:
+                continue
+            current = json.loads(answer.data)
+            have = current["metadata"].get("labels") or {}
+            patch: dict[str, Any] = {}
+            if any(have.get(k) != v for k, v in wanted.items()):
+                patch["metadata"] = {"labels": dict(wanted)}
+            if release and gated(current):
+                patch["spec"] = {"schedulingGates": without_gate(current["spec"].get("schedulingGates"))}
+            if not patch:
+                continue
+            patch.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
+            await _call(self._core.patch_namespaced_pod, name, namespace, patch, _content_type=MERGE_PATCH)
+            changed.append(name)
+        return changed
 
     async def labelled_jobs(self) -> list[dict[str, Any]]:
         answer = await _call(
@@ -294,6 +339,10 @@ class KubeWorkloads:
                 )
             elif kind == "Service":
                 await _call(self._core.delete_namespaced_service, name, namespace, ok=(ABSENT,))
+
+
+_CUSTOM = {"JobSet": JOBSET_API, "LeaderWorkerSet": LWS_API}
+_API_VERSIONS = {"Pod": "v1", **{kind: f"{api[0]}/{api[1]}" for kind, api in _CUSTOM.items()}}
 
 
 async def _call(method: Callable[..., Any], *args: Any, ok: tuple[int, ...] = (), **kwargs: Any) -> Any:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tessera.admission.domain.native import KubePriorities, NativeJob, native_job
-from tessera.admission.domain.webhook import ADMISSION_GATE
+from tessera.admission.domain.webhook import ADMISSION_GATE, LWS_NAME_LABEL
 
 POD_LABEL = "kubernetes.io/pod"
 """The job label that names the pod a job stands for (`<namespace>/<name>`)."""
@@ -34,10 +34,13 @@ def without_gate(gates: Any) -> list[Any]:
 
 def native_pod(pod: Mapping[str, Any], priorities: KubePriorities | None = None) -> NativeJob | None:
     """The Tessera job of a gated pod; None for one the webhook did not give an id (created before
-    the webhook was registered), or one a held Job owns (that pod is its Job's)."""
+    the webhook was registered), one a held Job owns (that pod is its Job's), or one of a
+    LeaderWorkerSet (its group is the job: `domain.native_lws`)."""
     meta = pod.get("metadata") or {}
     owners = meta.get("ownerReferences") or []
     if any(isinstance(o, Mapping) and o.get("kind") == "Job" for o in owners):
+        return None
+    if LWS_NAME_LABEL in (meta.get("labels") or {}):
         return None
     spec = {k: v for k, v in (pod.get("spec") or {}).items() if k not in ("nodeName", "schedulingGates")}
     template_meta = {k: meta[k] for k in _TEMPLATE_METADATA if meta.get(k)}

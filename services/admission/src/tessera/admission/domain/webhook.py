@@ -11,6 +11,10 @@ A labelled JobSet is created with `suspend: true` (its controller keeps its chil
 and is one Tessera job: each replicated job's Job template and pod template get the job's id, each
 pod template its replicated job's name as the pod group and `schedulerName: tessera`, so the pods of
 every child Job are one gang.
+A labelled LeaderWorkerSet gets the label on its leader and worker pod templates, and
+`schedulerName: tessera` there: its pods come to the webhook, gated. A pod of a LeaderWorkerSet (it
+carries `leaderworkerset.sigs.k8s.io/name`) is gated without a job id: each group of a leader and its
+workers is one job (`domain.native_lws`), whose id admission gives the group's pods when it admits it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ QUEUE_LABEL = "tessera.io/queue"
 ADMISSION_GATE = "tessera.io/admission"
 HELD_BY_PARENT = frozenset({"Job", "JobSet"})
 """Owners that are held themselves: their children are released with them."""
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+"""Set on the pods of a LeaderWorkerSet (upstream copies it from the templates its controller makes)."""
 NATIVE_GROUP = "pods"
 """The one pod group of a user's Job, as its Tessera job names it."""
 
@@ -87,8 +93,12 @@ def mutate(kind: str, obj: Mapping[str, Any], job_id: str = "") -> Mutation:
             pods = {**labels, JOB_POD_GROUP_LABEL: NATIVE_GROUP}
             patch += _labels_patch("/spec/template/metadata", template.get("metadata"), pods)
         return Mutation(patch, f"suspended for queue {queue}")
+    if kind == "Pod" and LWS_NAME_LABEL in _labels(obj):
+        return Mutation(_gate_patch(obj, ""), f"gated for queue {queue} with its LeaderWorkerSet group")
     if kind == "Pod":
         return Mutation(_gate_patch(obj, job_id), f"gated for queue {queue}")
+    if kind == "LeaderWorkerSet":
+        return Mutation(_lws_patch(obj, str(queue)), f"pod templates labelled for queue {queue}")
     if kind == "JobSet":
         return Mutation(_jobset_patch(obj, job_id), f"suspended for queue {queue}")
     return Mutation(reason=f"{kind} is not a kind Tessera holds")
@@ -133,6 +143,23 @@ def _jobset_patch(jobset: Mapping[str, Any], job_id: str) -> list[dict[str, Any]
         patch += _labels_patch(f"{at}/spec/template/metadata", pods.get("metadata"), labels)
     if job_id:
         patch += _labels_patch("/metadata", jobset.get("metadata"), {JOB_ID_LABEL: job_id})
+    return patch
+
+
+def _lws_patch(lws: Mapping[str, Any], queue: str) -> list[dict[str, Any]]:
+    """Put the queue label on a LeaderWorkerSet's pod templates (so its pods come to the webhook, and
+    are gated) and send its pods to Tessera's scheduler."""
+    lwt = (lws.get("spec") or {}).get("leaderWorkerTemplate") or {}
+    patch: list[dict[str, Any]] = []
+    for key in ("leaderTemplate", "workerTemplate"):
+        template = lwt.get(key) if isinstance(lwt, Mapping) else None
+        if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
+            continue  # no leaderTemplate: the leader is made of the workerTemplate
+        at = f"/spec/leaderWorkerTemplate/{key}"
+        meta = template.get("metadata")
+        if not (isinstance(meta, Mapping) and (meta.get("labels") or {}).get(QUEUE_LABEL) == queue):
+            patch += _labels_patch(f"{at}/metadata", meta, {QUEUE_LABEL: queue})
+        patch.append(_scheduler(f"{at}/spec"))
     return patch
 
 

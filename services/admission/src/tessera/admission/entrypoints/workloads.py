@@ -1,5 +1,6 @@
-"""A background task of the service: users' labelled Jobs and gated Pods become jobs
-(`service_layer.native_jobs`, `service_layer.native_pods`),
+"""A background task of the service: users' labelled Jobs, gated Pods and the groups of
+LeaderWorkerSets become jobs (`service_layer.native_jobs`, `service_layer.native_pods`,
+`service_layer.native_lws`, which also releases a group's pods when its job is admitted),
 jobs' Kubernetes objects follow their states (`service_layer.workload_sync`) and carry their
 conditions (`service_layer.job_conditions`). It runs only when admission has a cluster to run jobs
 on."""
@@ -11,6 +12,7 @@ import logging
 from tessera.admission.service_layer.dependencies import AdmissionDeps
 from tessera.admission.service_layer.job_conditions import sync_conditions
 from tessera.admission.service_layer.native_jobs import adopt_native_jobs
+from tessera.admission.service_layer.native_lws import LwsCluster, sync_lws_groups
 from tessera.admission.service_layer.native_pods import adopt_native_pods
 from tessera.admission.service_layer.workload_sync import sync_workloads
 from tessera.core.waits import wait_any
@@ -26,6 +28,8 @@ async def workload_sync(deps: AdmissionDeps) -> None:
         try:
             adopted = await adopt_native_jobs(deps.uow, cluster)
             adopted += await adopt_native_pods(deps.uow, cluster)
+            if isinstance(cluster, LwsCluster):
+                adopted += await sync_lws_groups(deps.uow, cluster)
             if adopted:
                 deps.wake_cycle()
             done = await sync_workloads(deps.uow, cluster, deps.namespace)

@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import nats
@@ -338,3 +339,11 @@ async def test_two_tenants_jobs_are_billed_with_used_below_allocated_and_an_idle
 
         found = await eventually(recommended, what="a rightsizing recommendation", timeout=90)
         assert any(e["pod"] == "sleepy-0" and e["tenant"] == "team-b" for e in found)
+
+        # what was attributed also goes to slicing: one batch per node and round, every pod in it
+        batches = await events(nats_url, subjects.pod_gpu_usage("gpu-node-0"))
+        rounds = await sampling_rounds(nats_url, "gpu-node-0")
+        assert 0 < len(batches) <= rounds
+        newest: list[Any] = list(batches[-1]["pods"])  # type: ignore[call-overload]
+        assert {u["pod"] for u in newest} == {"train-0", "sleepy-0", "infer-0"}
+        assert all(u["allocated_milli"] > 0 and u["split"] in ("memory", "requested") for u in newest)

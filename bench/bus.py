@@ -14,7 +14,13 @@ or a batch handler records several events in one transaction); durability is the
 every event is committed before it is published and handled once. `--baseline-linger-ms` runs the
 flat-out and paced paths also with the relay lingering that long after a wake (0: the relay as it
 was before it lingered), alternating with the default `--repeat` times (ABBA order), for a before/after
-ratio taken in one run."""
+ratio taken in one run. `--baseline-consumer` does the same with the consumer as it was before a batch
+could go without savepoints (`bench.bus_baseline`: a `SAVEPOINT` and a `RELEASE` per message), and
+then runs the split (producers alone, relay and consumer alone) on each side too.
+
+The bench's consumer is declared `replay_safe`, as the scheduler's are (`--no-replay-safe`: a savepoint
+per message after a batch's first): its handler only records a latency, and no handler fails here, so
+no batch is ever run twice."""
 
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ import nats
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from bench.bus_baseline import SavepointPerMessageRunner
 from tessera.contracts.base import Message
 from tessera.contracts.events import BY_TYPE
 from tessera.core.db.engine import async_url, make_engine, make_session_factory
@@ -105,6 +112,8 @@ async def outbox_path(
     backlog: bool = False,
     events_per_commit: int = 1,
     linger_s: float | None = None,
+    runner: type[ConsumerRunner[UnitOfWork]] = ConsumerRunner,
+    replay_safe: bool = True,
 ) -> dict[str, float]:
     """Flat out when `rate_per_s` is None (throughput), else paced at that rate (latency). With
     `backlog`, the producers commit every message first (timed alone), then the relay and the
@@ -141,10 +150,15 @@ async def outbox_path(
     relay = CountingRelay(js, sessions, outbox, metrics, stop, poll_s=0.01)
     if linger_s is not None:
         relay.linger_s = linger_s
-    consumer = ConsumerRunner(
+    consumer = runner(
         js,
         ConsumerSpec(
-            f"bench-{uuid.uuid4().hex[:8]}", SERVICE, Ping.SUBJECT, handle, ConsumerSettings(batch=256)
+            f"bench-{uuid.uuid4().hex[:8]}",
+            SERVICE,
+            Ping.SUBJECT,
+            handle,
+            ConsumerSettings(batch=256),
+            replay_safe=replay_safe,
         ),
         uow,
         SERVICE,
@@ -200,10 +214,17 @@ async def outbox_path(
 
 
 async def flat_out_and_paced(
-    nats_url: str, database_url: str, args: argparse.Namespace, linger_s: float | None
+    nats_url: str, database_url: str, args: argparse.Namespace, shape: dict[str, Any]
 ) -> dict[str, float]:
-    """The path flat out, then paced at `args.load` of the rate it reached."""
-    shape = {"events_per_commit": args.events_per_commit, "linger_s": linger_s}
+    """The path flat out, then paced at `args.load` of the rate it reached (`shape`: the relay's
+    linger, the consumer's runner and whether its handler is replay-safe)."""
+    shape = {"events_per_commit": args.events_per_commit, **shape}
+    split: dict[str, float] = {}
+    if args.baseline_consumer:  # the consumer is what differs: the bus alone shows it best
+        split = await outbox_path(
+            nats_url, database_url, args.messages, args.producers, backlog=True, **shape
+        )
+        print(f"  relay + consumer alone {split['bus_per_s']:.0f}/s", file=sys.stderr)
     flat_out = await outbox_path(nats_url, database_url, args.messages, args.producers, **shape)
     paced_rate = flat_out["e2e_per_s"] * args.load
     print(f"  flat out {flat_out['e2e_per_s']:.0f}/s; paced at {paced_rate:.0f}/s ...", file=sys.stderr)
@@ -217,6 +238,7 @@ async def flat_out_and_paced(
         "e2e_cpu_us_per_msg": flat_out["cpu_us"],
         "relay_rows_per_round": flat_out["rows_per_round"],
         "paced_relay_rows_per_round": paced["rows_per_round"],
+        **split,
     }
 
 
@@ -249,28 +271,36 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await nc.close()
         print(f"raw JetStream publish: {args.messages} messages ...", file=sys.stderr)
         raw = await raw_publish_rate(nats_url, args.messages, args.window)
-        print("producers alone, then relay and consumer alone ...", file=sys.stderr)
-        split = await outbox_path(
-            nats_url,
-            database_url,
-            args.messages,
-            args.producers,
-            backlog=True,
-            events_per_commit=args.events_per_commit,
-        )
+        split: dict[str, float] = {}
+        if not args.baseline_consumer:  # else each side runs its own split
+            print("producers alone, then relay and consumer alone ...", file=sys.stderr)
+            split = await outbox_path(
+                nats_url,
+                database_url,
+                args.messages,
+                args.producers,
+                backlog=True,
+                events_per_commit=args.events_per_commit,
+                replay_safe=args.replay_safe,
+            )
         before: list[dict[str, float]] = []
         after: list[dict[str, float]] = []
+        as_configured = {"replay_safe": args.replay_safe}
+        baseline_shape: dict[str, Any] | None = None
+        if args.baseline_consumer:
+            baseline_shape = {"runner": SavepointPerMessageRunner}
+        elif baseline is not None:
+            baseline_shape = {"linger_s": baseline, **as_configured}
         for repetition in range(args.repeat):
             # baseline first in even repetitions, last in odd ones, so a trend in the machine's load
             # favours neither side
             order = [True, False] if repetition % 2 == 0 else [False, True]
-            for is_baseline in order if baseline is not None else [False]:
-                label = f"lingering {args.baseline_linger_ms} ms" if is_baseline else "as configured"
-                print(f"[{repetition + 1}] relay {label}:", file=sys.stderr)
+            for is_baseline in order if baseline_shape is not None else [False]:
+                label = "baseline" if is_baseline else "as configured"
+                print(f"[{repetition + 1}] {label}:", file=sys.stderr)
                 runs = before if is_baseline else after
-                runs.append(
-                    await flat_out_and_paced(nats_url, database_url, args, baseline if is_baseline else None)
-                )
+                shape = baseline_shape if is_baseline and baseline_shape is not None else as_configured
+                runs.append(await flat_out_and_paced(nats_url, database_url, args, shape))
     finally:
         for handle in handles:
             handle.close()
@@ -278,24 +308,35 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "raw_publish_per_s": raw,
         **medians(after),
         "latency_at_load": args.load,
-        "producers_per_s": split["producers_per_s"],
-        "producers_cpu_us_per_msg": split["producers_cpu_us"],
-        "bus_per_s": split["bus_per_s"],
-        "bus_cpu_us_per_msg": split["bus_cpu_us"],
+        **{key: value for key, value in split.items() if key != "producers_cpu_us" and key != "bus_cpu_us"},
+        "producers_cpu_us_per_msg": (split or medians(after))["producers_cpu_us"],
+        "bus_cpu_us_per_msg": (split or medians(after))["bus_cpu_us"],
         "messages": args.messages,
         "producers": args.producers,
         "events_per_commit": args.events_per_commit,
+        "replay_safe": args.replay_safe,
         "repetitions": args.repeat,
         "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
     if before:
-        result["baseline"] = {"relay_linger_ms": args.baseline_linger_ms, **medians(before)}
+        what = (
+            {"consumer": "a savepoint and a release per message"}
+            if args.baseline_consumer
+            else {"relay_linger_ms": args.baseline_linger_ms}
+        )
+        result["baseline"] = {**what, **medians(before)}
         result["ratio_e2e_per_s"] = [
             a["e2e_per_s"] / b["e2e_per_s"] for a, b in zip(after, before, strict=True)
         ]
         result["ratio_e2e_p99_ms"] = [
             a["e2e_p99_ms"] / b["e2e_p99_ms"] for a, b in zip(after, before, strict=True)
         ]
+        result["ratio_e2e_cpu_us_per_msg"] = [
+            a["e2e_cpu_us_per_msg"] / b["e2e_cpu_us_per_msg"] for a, b in zip(after, before, strict=True)
+        ]
+        if args.baseline_consumer:
+            for key in ("bus_per_s", "bus_cpu_us"):
+                result[f"ratio_{key}"] = [a[key] / b[key] for a, b in zip(after, before, strict=True)]
     return result
 
 
@@ -329,6 +370,18 @@ def main(argv: list[str] | None = None) -> None:
         help="also run the paths with the relay lingering this long after a wake (0: as before it "
         "lingered), alternating with the relay as configured, for a before/after ratio",
     )
+    parser.add_argument(
+        "--baseline-consumer",
+        action="store_true",
+        help="also run every path with the consumer as it was (a savepoint and a release per message), "
+        "alternating with the consumer as configured, for a before/after ratio",
+    )
+    parser.add_argument(
+        "--replay-safe",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="declare the bench's consumer replay-safe: no savepoint on a batch's happy path (default)",
+    )
     parser.add_argument("--nats-url", help="an existing NATS with JetStream (default: start an embedded one)")
     parser.add_argument("--database-url", help="an existing PostgreSQL (default: start an embedded one)")
     parser.add_argument("--json", type=Path, help="write the figures as JSON here")
@@ -337,6 +390,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--messages, --producers, --window, --events-per-commit and --repeat must be at least 1")
     if args.baseline_linger_ms is not None and args.baseline_linger_ms < 0:
         parser.error("--baseline-linger-ms must not be negative")
+    if args.baseline_linger_ms is not None and args.baseline_consumer:
+        parser.error("compare one thing at a time: --baseline-linger-ms or --baseline-consumer")
     if not 0 < args.load <= 1:
         parser.error("--load must be in (0, 1]")
     result = asyncio.run(run(args))
@@ -363,8 +418,18 @@ def main(argv: list[str] | None = None) -> None:
     print(f"ratio raw / e2e: {result['raw_publish_per_s'] / result['e2e_per_s']:.1f}x")
     if "baseline" in result:
         base = result["baseline"]
+        what = base.get("consumer") or f"relay lingering {base.get('relay_linger_ms')} ms"
+        if args.baseline_consumer:
+            print(
+                f"baseline ({what}): relay + consumer alone {base['bus_per_s']:.0f}/s at "
+                f"{base['bus_cpu_us']:.0f} us/msg; after / before per repetition: "
+                + ", ".join(f"{r:.2f}" for r in result["ratio_bus_per_s"])
+                + " (rate), "
+                + ", ".join(f"{r:.2f}" for r in result["ratio_bus_cpu_us"])
+                + " (CPU per message)"
+            )
         print(
-            f"baseline (relay lingering {base['relay_linger_ms']} ms): {base['e2e_per_s']:.0f}/s flat out, "
+            f"baseline ({what}): {base['e2e_per_s']:.0f}/s flat out, "
             f"p99 {base['e2e_p99_ms']:.1f} ms paced; after / before per repetition: "
             + ", ".join(f"{r:.2f}" for r in result["ratio_e2e_per_s"])
             + " (rate), "

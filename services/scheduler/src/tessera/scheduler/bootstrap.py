@@ -11,7 +11,7 @@ from tessera.cluster.kube.lease import KubernetesLeaseLock
 from tessera.cluster.leader import LeaderElector, default_identity, pod_namespace
 from tessera.contracts import subjects
 from tessera.core.db.retention import RetentionRule
-from tessera.core.messaging.consumer import ConsumerSpec
+from tessera.core.messaging.consumer import ConsumerSpec, Handler
 from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 from tessera.scheduler.adapters import orm
 from tessera.scheduler.adapters.cluster_side import ClusterSide
@@ -38,35 +38,30 @@ def leader_elector(api: ApiClient, settings: SchedulerSettings) -> LeaderElector
 
 
 def consumers(deps: SchedulerDeps) -> list[ConsumerSpec[SchedulerUnitOfWork]]:
+    """Every handler is replay-safe: its effects are the unit of work's writes and a wake-up of the
+    loop after commit (never on a rollback), so a batch runs without savepoints."""
     engine, evt = deps.engine, "telemetry"
-    return [
-        ConsumerSpec(
-            "scheduler-admitted", "admission", subjects.JOB_ADMITTED, handlers.job_admitted_handler(engine)
-        ),
-        ConsumerSpec(
-            "scheduler-inventory", evt, subjects.INVENTORY_CHANGED, handlers.inventory_changed_handler(engine)
-        ),
-        ConsumerSpec(
-            "scheduler-gpu-health", evt, subjects.GPU_UNHEALTHY, handlers.gpu_unhealthy_handler(engine)
-        ),
-        ConsumerSpec(
+    taken: list[tuple[str, str, str, Handler[SchedulerUnitOfWork]]] = [
+        ("scheduler-admitted", "admission", subjects.JOB_ADMITTED, handlers.job_admitted_handler(engine)),
+        ("scheduler-inventory", evt, subjects.INVENTORY_CHANGED, handlers.inventory_changed_handler(engine)),
+        ("scheduler-gpu-health", evt, subjects.GPU_UNHEALTHY, handlers.gpu_unhealthy_handler(engine)),
+        (
             "scheduler-preemption",
             "admission",
             subjects.PREEMPTION_REQUESTED,
             handlers.preemption_requested_handler(engine),
         ),
-        ConsumerSpec(
-            "scheduler-job-finished",
-            "admission",
-            subjects.JOB_FINISHED,
-            handlers.job_finished_handler(engine),
-        ),
-        ConsumerSpec(
+        ("scheduler-job-finished", "admission", subjects.JOB_FINISHED, handlers.job_finished_handler(engine)),
+        (
             "scheduler-ready-for-eviction",
             "checkpoint",
             subjects.READY_FOR_EVICTION,
             handlers.ready_for_eviction_handler(engine),
         ),
+    ]
+    return [
+        ConsumerSpec(name, owner, subject, handler, replay_safe=True)
+        for name, owner, subject, handler in taken
     ]
 
 

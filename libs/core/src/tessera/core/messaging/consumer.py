@@ -147,8 +147,8 @@ class ConsumerRunner(Generic[UowT]):
         await self.handle_batch([msg])
 
     async def handle_batch(self, msgs: list[Msg]) -> None:
-        """Handle a fetched batch in one transaction, each message in its own savepoint, so one commit
-        (one WAL flush) covers the batch while a failing message rolls back alone. Commit, then ack.
+        """Handle a fetched batch in one transaction, so one commit (one WAL flush) covers the batch
+        while a failing message rolls back alone (:meth:`_attempt`). Commit, then ack.
 
         A batch that fails while the database does not answer is no fault of its messages: they are
         held (their ack deadline extended) and the batch runs again once the database answers, so an
@@ -187,36 +187,73 @@ class ConsumerRunner(Generic[UowT]):
     async def _attempt(
         self, decoded: list[tuple[Msg, Envelope]]
     ) -> tuple[list[tuple[Msg, Envelope, str | BaseException]], bool]:
-        """One transaction for the batch: the inbox rows of all its messages with one statement,
-        then each new message's handler in its own savepoint. A message whose handler fails rolls
-        back to its savepoint and its inbox row is removed again, so the commit records only what
-        took effect: a redelivery of it is handled, a redelivery of the others is a duplicate.
-        The outcomes, and whether the batch failed as a whole (its inbox statement or its commit)."""
-        outcomes: list[tuple[Msg, Envelope, str | BaseException]] = []
+        """The batch in one transaction (:meth:`_run`): the outcomes, and whether the batch failed
+        as a whole (its inbox statement or its commit), in which case nothing of it took effect.
+
+        A handler runs without a savepoint while no handler before it in the transaction could be
+        lost by a rollback: the first handled message of a batch, and every message of a batch whose
+        spec is `replay_safe` (its handlers' effects all live in the unit of work, so running them
+        again after a rollback does nothing twice). When such a handler fails, the transaction is
+        rolled back and the batch runs again, once, with a savepoint before every handler and the
+        failed message not run again. So a replay-safe batch whose handlers succeed pays no savepoint,
+        and any other batch one statement per message after its first (`SAVEPOINT`, never released)."""
+        known: dict[int, BaseException] = {}
+        replay = self.spec.replay_safe
         try:
-            async with self.uow_factory() as uow:
-                duplicates = await uow.seen_many(self.spec.name, [envelope.id for _, envelope in decoded])
-                taken: set[str] = set()
-                failed: list[str] = []
-                for msg, envelope in decoded:
-                    if envelope.id in duplicates or envelope.id in taken:
-                        outcomes.append((msg, envelope, "duplicate"))
-                        continue
-                    taken.add(envelope.id)
-                    outcome = await self._handle_one(uow, envelope)
-                    if isinstance(outcome, BaseException):
-                        failed.append(envelope.id)
-                    outcomes.append((msg, envelope, outcome))
-                await uow.unsee(self.spec.name, failed)
-                await uow.commit()
-        except Exception as exc:  # the commit itself failed: nothing of the batch took effect
+            while True:
+                try:
+                    return await self._run(decoded, known, replay=replay), False
+                except _Restart as restart:
+                    known[restart.index] = restart.error
+                    replay = False
+        except Exception as exc:  # the inbox statement or the commit failed: nothing took effect
             self._failures.warning(
                 f"batch:{type(exc).__name__}",
                 "batch failed as a whole; retrying",
                 extra={"consumer": self.spec.name, "error": repr(exc), "messages": len(decoded)},
             )
             return [(msg, envelope, exc) for msg, envelope in decoded], True
-        return outcomes, False
+
+    async def _run(
+        self, decoded: list[tuple[Msg, Envelope]], known: Mapping[int, BaseException], *, replay: bool
+    ) -> list[tuple[Msg, Envelope, str | BaseException]]:
+        """One transaction: the inbox rows of the batch's messages with one statement, then each new
+        message's handler, then one commit. A handler that fails after a savepoint rolls back to it
+        and its inbox row is removed again, so the commit records only what took effect: a
+        redelivery of it is handled, a redelivery of the others is a duplicate. A handler that fails
+        without one raises :class:`_Restart`. `known` holds the outcomes of messages that failed in
+        an earlier try of this batch; they are not run again."""
+        outcomes: list[tuple[Msg, Envelope, str | BaseException]] = []
+        async with self.uow_factory() as uow:
+            new_ids = [envelope.id for index, (_, envelope) in enumerate(decoded) if index not in known]
+            duplicates = await uow.seen_many(self.spec.name, new_ids)
+            taken: set[str] = set()
+            failed: list[str] = []
+            guarded = False  # a handler succeeded in this transaction: a savepoint must protect it
+            for index, (msg, envelope) in enumerate(decoded):
+                if index in known:
+                    taken.add(envelope.id)
+                    outcomes.append((msg, envelope, known[index]))
+                    continue
+                if envelope.id in duplicates or envelope.id in taken:
+                    outcomes.append((msg, envelope, "duplicate"))
+                    continue
+                taken.add(envelope.id)
+                savepoint = not replay and (guarded or bool(known))
+                if savepoint:
+                    await uow.session.execute(_SAVEPOINT)
+                outcome = await self._handle_one(uow, envelope)
+                if isinstance(outcome, BaseException):
+                    if not savepoint:
+                        raise _Restart(index, outcome)
+                    await uow.session.execute(_ROLLBACK_TO_SAVEPOINT)
+                    failed.append(envelope.id)
+                else:
+                    guarded = True
+                outcomes.append((msg, envelope, outcome))
+            await uow.unsee(self.spec.name, failed)
+            await uow.commit()
+        return outcomes
 
     async def _database_answers(self) -> bool:
         async def probe() -> None:
@@ -260,10 +297,9 @@ class ConsumerRunner(Generic[UowT]):
             ) as span,
         ):
             try:
-                async with uow.session.begin_nested():
-                    await self.spec.handler(envelope, uow)
-                    await uow.flush_events()
-                    outcome = "handled"
+                await self.spec.handler(envelope, uow)
+                await uow.flush_events()
+                outcome = "handled"
             except Exception as exc:
                 uow.forget_events()
                 span.record_exception(exc)
@@ -388,6 +424,21 @@ class ConsumerRunner(Generic[UowT]):
                 await uow.commit()
         except Exception:
             log.exception("the dead-letter hook failed", extra={"consumer": self.spec.name})
+
+
+#: one savepoint name for every message: PostgreSQL keeps a savepoint of a name already taken and
+#: rolls back to the newest, so savepoints are never released (one statement each, one text, prepared)
+_SAVEPOINT = text("SAVEPOINT tessera_message")
+_ROLLBACK_TO_SAVEPOINT = text("ROLLBACK TO SAVEPOINT tessera_message")
+
+
+class _Restart(Exception):
+    """A handler failed with no savepoint before it: the transaction must be rolled back whole."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(index)
+        self.index = index
+        self.error = error
 
 
 @contextlib.contextmanager

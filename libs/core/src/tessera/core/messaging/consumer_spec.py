@@ -32,6 +32,13 @@ class ConsumerSpec(Generic[UowT]):
     on_dead_letter: DeadLetterHook[UowT] | None = None
     """Runs in its own unit of work before a message is dead-lettered (at most once per message id),
     so the service can answer its sender: admission rejects a submission it can never handle."""
+    replay_safe: bool = False
+    """The handler's effects all live in its unit of work (its writes, its events, callbacks run
+    after commit), so running it again after its transaction was rolled back does nothing twice.
+    A batch of such a consumer runs without savepoints; when a handler fails, the batch is rolled
+    back and run again with a savepoint per message, the failed one not run again. Leave it False
+    for a handler with effects outside the transaction (a cache, an API call): a batch then takes
+    a savepoint before each handler after the first, and a handler that succeeded never runs twice."""
 
     def configured(self, defaults: ConsumerSettings) -> ConsumerSpec[UowT]:
         return self if self.settings is not None else replace(self, settings=defaults)

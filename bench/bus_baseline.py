@@ -1,0 +1,40 @@
+"""The consumer's batch as it ran before a batch could go without savepoints, for `bench.bus
+--baseline-consumer`: each handler in a savepoint of its own (SQLAlchemy's `begin_nested`, a
+`SAVEPOINT` and a `RELEASE` per message), the rest of the runner as it is now."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from nats.aio.msg import Msg
+
+from tessera.core.db.uow import UnitOfWork
+from tessera.core.messaging.consumer import ConsumerRunner
+from tessera.core.messaging.envelope import Envelope
+
+
+class SavepointPerMessageRunner(ConsumerRunner[UnitOfWork]):
+    async def _run(
+        self, decoded: list[tuple[Msg, Envelope]], known: Mapping[int, BaseException], *, replay: bool
+    ) -> list[tuple[Msg, Envelope, str | BaseException]]:
+        outcomes: list[tuple[Msg, Envelope, str | BaseException]] = []
+        async with self.uow_factory() as uow:
+            duplicates = await uow.seen_many(self.spec.name, [envelope.id for _, envelope in decoded])
+            taken: set[str] = set()
+            failed: list[str] = []
+            for msg, envelope in decoded:
+                if envelope.id in duplicates or envelope.id in taken:
+                    outcomes.append((msg, envelope, "duplicate"))
+                    continue
+                taken.add(envelope.id)
+                savepoint = await uow.session.begin_nested()
+                outcome = await self._handle_one(uow, envelope)
+                if isinstance(outcome, BaseException):
+                    await savepoint.rollback()
+                    failed.append(envelope.id)
+                else:
+                    await savepoint.commit()
+                outcomes.append((msg, envelope, outcome))
+            await uow.unsee(self.spec.name, failed)
+            await uow.commit()
+        return outcomes

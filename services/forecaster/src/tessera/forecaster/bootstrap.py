@@ -14,7 +14,7 @@ from tessera.forecaster.config import ForecasterSettings, get_settings
 from tessera.forecaster.domain.checks import InputPolicy
 from tessera.forecaster.entrypoints.api import router
 from tessera.forecaster.entrypoints.autoscalers import autoscaler_task
-from tessera.forecaster.entrypoints.loops import forecast_every_step
+from tessera.forecaster.entrypoints.loops import forecast_every_step, warm_models
 from tessera.forecaster.entrypoints.metrics_server import check_certificate, https_metrics
 from tessera.forecaster.entrypoints.scaler import scaler_task
 from tessera.forecaster.service_layer import handlers as on
@@ -74,6 +74,7 @@ def build(settings: ForecasterSettings) -> ServiceDefinition[ForecasterDeps]:
         routers=[router],
         background=[
             forecast_every_step,
+            warm_models,
             scaler_task(settings.grpc_host, settings.grpc_port),
             *([autoscaler_task(settings)] if settings.kubeconfig else []),
             *https,

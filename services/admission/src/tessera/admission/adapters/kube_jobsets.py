@@ -20,6 +20,7 @@ from tessera.admission.adapters.kube import ABSENT, MERGE_PATCH, KubeWorkloads, 
 from tessera.admission.domain.job_conditions import Condition, merged
 from tessera.admission.domain.native_jobsets import JOBSET_API
 from tessera.admission.service_layer.ports import WorkloadGone
+from tessera.core import faults
 
 
 class KubeJobSetConditions:
@@ -80,3 +81,11 @@ class KubeCluster(KubeWorkloads):
         self, namespace: str, name: str, conditions: Sequence[Condition]
     ) -> list[Condition]:
         return await self._jobset_conditions.set_jobset_conditions(namespace, name, conditions)
+
+    async def event(
+        self, namespace: str, job: str, kind: str, reason: str, message: str, involved: str = "Job"
+    ) -> None:
+        # Crash tests: `admission.event.Preempted` kills the process as it tells of a change it has
+        # just made on the cluster (a Job suspended), before the change is recorded.
+        faults.hit(f"admission.event.{reason}")
+        await super().event(namespace, job, kind, reason, message, involved)

@@ -16,6 +16,8 @@ from tessera.forecaster.service_layer.forecasting import forecast_round
 log = logging.getLogger(__name__)
 #: the synthetic series the models are warmed on: long enough for every candidate
 WARM_STEPS = 240
+#: seconds after the start before the models are warmed
+WARM_AFTER_S = 10.0
 
 
 async def forecast_every_step(deps: ForecasterDeps) -> None:
@@ -33,7 +35,11 @@ async def warm_models(deps: ForecasterDeps) -> None:
     process's first fit of each model pays for importing darts and compiling statsforecast's models
     (about 40 s of CPU, against well under a second after), and the forecasting round waits for a
     series' fit: without this, the first series to reach enough history would hold every series'
-    forecasts up that long. Returns when done (a background task may)."""
+    forecasts up that long. It begins once the service has had time to start: importing darts holds
+    the GIL, and would slow the service's start. Returns when done (a background task may)."""
+    await wait_any(deps.stop, timeout=WARM_AFTER_S)
+    if deps.stop.is_set():
+        return
     horizon = deps.engine.horizon
     seconds = await asyncio.to_thread(warm, deps.candidates(), horizon)
     log.info("models warmed", extra={"seconds": round(seconds, 1)})

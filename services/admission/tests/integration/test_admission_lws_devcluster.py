@@ -2,8 +2,9 @@
 devcluster with admission, the scheduler and telemetry running: each group (a leader and its
 workers) is one Tessera job, admitted whole against the namespace's quota, its pods released and
 bound together; a group added by scaling waits, gated, over quota and says why; deleting the
-LeaderWorkerSet cancels its groups' jobs and frees the quota for the next. The example applies as
-written."""
+LeaderWorkerSet cancels its groups' jobs and frees the quota for the next; a preempted group's pods
+are deleted and the group comes back gated as a new job; admission restarted mid-way submits no group
+twice. The example applies as written."""
 
 from __future__ import annotations
 
@@ -254,3 +255,44 @@ async def test_a_preempted_group_is_deleted_whole_and_comes_back_gated_as_a_new_
             return any(j["id"] != first_id and j["state"] == "queued" for j in await cluster.jobs())
 
         await eventually(requeued, what="the group made again queued as a new job")
+
+
+async def test_admission_restarted_mid_way_submits_no_group_twice_and_keeps_the_admitted_one(
+    nats_url: str, fresh_database: str, tmp_path: Path
+) -> None:
+    async with (
+        stack(nats_url, fresh_database, tmp_path) as (api, url, admission),
+        httpx.AsyncClient(base_url=url) as http,
+    ):
+        assert (await http.put("/v1/config", json=QUEUES)).status_code == 200
+        cluster = Cluster(api, http)
+        await cluster.create(lws("llm", 2))
+        before = await eventually(
+            lambda: cluster.groups("llm", 1, 1), what="1 group bound, 1 gated", timeout=60
+        )
+
+        async def two_jobs() -> list[dict[str, Any]] | None:
+            jobs = await cluster.jobs()
+            return (
+                jobs
+                if len(jobs) == 2 and any(j["state"] == "queued" and j.get("waiting") for j in jobs)
+                else None
+            )
+
+        first = await eventually(two_jobs, what="both groups' jobs, one waiting")
+
+        await admission.stop()
+        await admission.start()
+
+        # Back, it finds both groups' jobs under the same ids: none submitted again, the admitted
+        # group left bound and the other still gated.
+        after = await eventually(lambda: cluster.groups("llm", 1, 1), what="the same split")
+        assert {p["metadata"]["uid"] for g in after.values() for p in g} == {
+            p["metadata"]["uid"] for g in before.values() for p in g
+        }
+        await asyncio.sleep(1.0)  # a few of admission's rounds (every 0.2 s)
+        again = await eventually(two_jobs, what="still two jobs")
+        assert {j["id"] for j in again} == {j["id"] for j in first}
+        waiting = {j["id"] for j in first if j["state"] == "queued"}
+        assert {j["id"] for j in again if j["state"] == "queued"} == waiting
+        assert {j["state"] for j in again if j["id"] not in waiting} <= {"admitted", "placed", "running"}

@@ -20,7 +20,9 @@ then runs the split (producers alone, relay and consumer alone) on each side too
 
 The bench's consumer is declared `replay_safe`, as the scheduler's are (`--no-replay-safe`: a savepoint
 per message after a batch's first): its handler only records a latency, and no handler fails here, so
-no batch is ever run twice."""
+no batch is ever run twice. Its handler sends no statement unless `--handler-statements` says how
+many; SQLAlchemy sends a savepoint only with a statement inside it, so the savepoints' round trips
+show only then."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import nats
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.bus_baseline import SavepointPerMessageRunner
@@ -54,6 +56,7 @@ from tessera.core.observability.metrics import Metrics
 from tessera.core.settings import ConsumerSettings
 
 SERVICE = "bench"
+SELECT_1 = text("SELECT 1")
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -114,6 +117,7 @@ async def outbox_path(
     linger_s: float | None = None,
     runner: type[ConsumerRunner[UnitOfWork]] = ConsumerRunner,
     replay_safe: bool = True,
+    handler_statements: int = 0,
 ) -> dict[str, float]:
     """Flat out when `rate_per_s` is None (throughput), else paced at that rate (latency). With
     `backlog`, the producers commit every message first (timed alone), then the relay and the
@@ -140,6 +144,8 @@ async def outbox_path(
     async def handle(envelope: Envelope, uow: UnitOfWork) -> None:
         ping = envelope.parse()
         assert isinstance(ping, Ping)
+        for _ in range(handler_statements):  # as a service's handler reads and writes its tables
+            await uow.session.execute(SELECT_1)
         latencies.append((datetime.now(UTC) - ping.sent_at).total_seconds() * 1000)
         if len(latencies) >= messages:
             done.set()
@@ -218,7 +224,11 @@ async def flat_out_and_paced(
 ) -> dict[str, float]:
     """The path flat out, then paced at `args.load` of the rate it reached (`shape`: the relay's
     linger, the consumer's runner and whether its handler is replay-safe)."""
-    shape = {"events_per_commit": args.events_per_commit, **shape}
+    shape = {
+        "events_per_commit": args.events_per_commit,
+        "handler_statements": args.handler_statements,
+        **shape,
+    }
     split: dict[str, float] = {}
     if args.baseline_consumer:  # the consumer is what differs: the bus alone shows it best
         split = await outbox_path(
@@ -282,6 +292,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 backlog=True,
                 events_per_commit=args.events_per_commit,
                 replay_safe=args.replay_safe,
+                handler_statements=args.handler_statements,
             )
         before: list[dict[str, float]] = []
         after: list[dict[str, float]] = []
@@ -315,6 +326,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "producers": args.producers,
         "events_per_commit": args.events_per_commit,
         "replay_safe": args.replay_safe,
+        "handler_statements": args.handler_statements,
         "repetitions": args.repeat,
         "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
@@ -382,10 +394,18 @@ def main(argv: list[str] | None = None) -> None:
         default=True,
         help="declare the bench's consumer replay-safe: no savepoint on a batch's happy path (default)",
     )
+    parser.add_argument(
+        "--handler-statements",
+        type=int,
+        default=0,
+        help="statements (SELECT 1) each handler sends, as a service's handler does (default 0)",
+    )
     parser.add_argument("--nats-url", help="an existing NATS with JetStream (default: start an embedded one)")
     parser.add_argument("--database-url", help="an existing PostgreSQL (default: start an embedded one)")
     parser.add_argument("--json", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
+    if args.handler_statements < 0:
+        parser.error("--handler-statements must not be negative")
     if min(args.messages, args.producers, args.window, args.events_per_commit, args.repeat) < 1:
         parser.error("--messages, --producers, --window, --events-per-commit and --repeat must be at least 1")
     if args.baseline_linger_ms is not None and args.baseline_linger_ms < 0:

@@ -1,6 +1,7 @@
 """The consumer's batch as it ran before a batch could go without savepoints, for `bench.bus
---baseline-consumer`: each handler in a savepoint of its own (SQLAlchemy's `begin_nested`, a
-`SAVEPOINT` and a `RELEASE` per message), the rest of the runner as it is now."""
+--baseline-consumer`: every handler in a savepoint of its own (SQLAlchemy's `begin_nested`: a
+`SAVEPOINT` and a `RELEASE` per message whose handler sends a statement), the rest of the runner as
+it is now."""
 
 from __future__ import annotations
 
@@ -27,13 +28,9 @@ class SavepointPerMessageRunner(ConsumerRunner[UnitOfWork]):
                     outcomes.append((msg, envelope, "duplicate"))
                     continue
                 taken.add(envelope.id)
-                savepoint = await uow.session.begin_nested()
-                outcome = await self._handle_one(uow, envelope)
+                outcome = await self._handle_one(uow, envelope, savepoint=True)
                 if isinstance(outcome, BaseException):
-                    await savepoint.rollback()
                     failed.append(envelope.id)
-                else:
-                    await savepoint.commit()
                 outcomes.append((msg, envelope, outcome))
             await uow.unsee(self.spec.name, failed)
             await uow.commit()

@@ -134,7 +134,7 @@ async def test_a_batch_that_succeeds_takes_no_savepoint_when_replay_safe_and_one
     with statements(engine) as sent:
         await consumer(sessions, handler, replay_safe=replay_safe).handle_batch(msgs)  # type: ignore[arg-type]
     assert savepoints(sent) == expected_savepoints
-    assert not any("RELEASE" in statement.upper() for statement in sent), "savepoints are never released"
+    assert sum(1 for statement in sent if "RELEASE" in statement.upper()) == expected_savepoints
     assert [m.settled for m in msgs] == [["ack"]] * 4
     assert handler.runs == Counter({f"job-{i}": 1 for i in range(4)})
     assert await recorded(engine) == ([f"job-{i}" for i in range(4)], 4)

@@ -196,7 +196,8 @@ class ConsumerRunner(Generic[UowT]):
         again after a rollback does nothing twice). When such a handler fails, the transaction is
         rolled back and the batch runs again, once, with a savepoint before every handler and the
         failed message not run again. So a replay-safe batch whose handlers succeed pays no savepoint,
-        and any other batch one statement per message after its first (`SAVEPOINT`, never released)."""
+        and any other batch a savepoint per message after its first (two round trips for a handler
+        that sends statements, none for one that sends none)."""
         known: dict[int, BaseException] = {}
         replay = self.spec.replay_safe
         try:
@@ -240,13 +241,10 @@ class ConsumerRunner(Generic[UowT]):
                     continue
                 taken.add(envelope.id)
                 savepoint = not replay and (guarded or bool(known))
-                if savepoint:
-                    await uow.session.execute(_SAVEPOINT)
-                outcome = await self._handle_one(uow, envelope)
+                outcome = await self._handle_one(uow, envelope, savepoint=savepoint)
                 if isinstance(outcome, BaseException):
                     if not savepoint:
                         raise _Restart(index, outcome)
-                    await uow.session.execute(_ROLLBACK_TO_SAVEPOINT)
                     failed.append(envelope.id)
                 else:
                     guarded = True
@@ -285,7 +283,9 @@ class ConsumerRunner(Generic[UowT]):
                 return True
             delay = min(delay * 2, longest)
 
-    async def _handle_one(self, uow: UowT, envelope: Envelope) -> str | BaseException:
+    async def _handle_one(self, uow: UowT, envelope: Envelope, *, savepoint: bool) -> str | BaseException:
+        """Run the handler (in a savepoint of its own when told: SQLAlchemy sends its `SAVEPOINT`
+        with the handler's first statement, and nothing for a handler that sends none)."""
         with (
             _message_context(envelope.headers, envelope.subject),
             span_from_headers(
@@ -297,8 +297,11 @@ class ConsumerRunner(Generic[UowT]):
             ) as span,
         ):
             try:
-                await self.spec.handler(envelope, uow)
-                await uow.flush_events()
+                if savepoint:
+                    async with uow.session.begin_nested():
+                        await self._handle(uow, envelope)
+                else:
+                    await self._handle(uow, envelope)
                 outcome = "handled"
             except Exception as exc:
                 uow.forget_events()
@@ -306,6 +309,10 @@ class ConsumerRunner(Generic[UowT]):
                 return exc
             span.set_attribute("outcome", outcome)
             return outcome
+
+    async def _handle(self, uow: UowT, envelope: Envelope) -> None:
+        await self.spec.handler(envelope, uow)
+        await uow.flush_events()
 
     async def _settle(self, msg: Msg, envelope: Envelope, outcome: str | BaseException) -> None:
         if isinstance(outcome, str):
@@ -424,12 +431,6 @@ class ConsumerRunner(Generic[UowT]):
                 await uow.commit()
         except Exception:
             log.exception("the dead-letter hook failed", extra={"consumer": self.spec.name})
-
-
-#: one savepoint name for every message: PostgreSQL keeps a savepoint of a name already taken and
-#: rolls back to the newest, so savepoints are never released (one statement each, one text, prepared)
-_SAVEPOINT = text("SAVEPOINT tessera_message")
-_ROLLBACK_TO_SAVEPOINT = text("ROLLBACK TO SAVEPOINT tessera_message")
 
 
 class _Restart(Exception):

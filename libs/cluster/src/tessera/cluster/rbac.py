@@ -126,6 +126,8 @@ CUSTOM_OBJECT_CALLS: Mapping[str, Mapping[str, frozenset[ApiCall]]] = {
         | _calls("leaderworkerset.x-k8s.io", "leaderworkersets", "get"),
         "patch_namespaced_custom_object": _calls("jobset.x-k8s.io", "jobsets", "patch"),
         "delete_namespaced_custom_object": _calls("jobset.x-k8s.io", "jobsets", "delete"),
+        # admission's conditions in a JobSet's status (adapters/kube_jobsets.py)
+        "patch_namespaced_custom_object_status": _calls("jobset.x-k8s.io", "jobsets/status", "patch"),
     },
     # each PodGroup's status, kept from its pods (scheduler/entrypoints/podgroup_status.py)
     "scheduler": {

@@ -1,7 +1,8 @@
 """Driving operations on real Postgres over a cluster given as values (it records what slicing asks of
 it): a GPU found held before anything is written rolls the operation back and uncordons the node; a
 node someone else had cordoned stays cordoned after success; a node that never advertises the change
-fails the attempt at the verify deadline."""
+fails the attempt at the verify deadline; more time-slicing replicas on a busy node are applied without
+a cordon or waiting for its pods."""
 
 from __future__ import annotations
 
@@ -107,8 +108,10 @@ CHANGE = NodeChange(
 )
 
 
-async def drive(engine: AsyncEngine, cluster: RecordingCluster, clock: list[datetime]) -> Operator:
-    """An operator over `cluster` whose time is `clock[0]`, with operation op-1 planned for CHANGE."""
+async def drive(
+    engine: AsyncEngine, cluster: RecordingCluster, clock: list[datetime], change: NodeChange = CHANGE
+) -> Operator:
+    """An operator over `cluster` whose time is `clock[0]`, with operation op-1 planned for `change`."""
     sessions = make_session_factory(engine)
 
     def uow() -> SlicingUnitOfWork:
@@ -116,7 +119,7 @@ async def drive(engine: AsyncEngine, cluster: RecordingCluster, clock: list[date
 
     operator = Operator(cluster, uow, "me", POLICY, timedelta(seconds=30), lambda: clock[0])  # type: ignore[arg-type]
     async with uow() as unit:
-        assert await unit.operations.add(Operation.plan("op-1", CHANGE, clock[0]))
+        assert await unit.operations.add(Operation.plan("op-1", change, clock[0]))
         await unit.commit()
     return operator
 
@@ -197,3 +200,52 @@ async def test_a_node_that_never_advertises_the_change_fails_the_attempt_at_the_
         assert "advertises nvidia.com/gpu=1, not nvidia.com/gpu=0, nvidia.com/mig-7g.80gb=1" in (
             op.reason or ""
         )
+
+
+def time_sliced_node(replicas: int) -> Node:
+    gpus = (Gpu(0, "GPU-0", "A100-80GB", 81920),)
+    return Node(
+        "a100-0",
+        64_000,
+        512_000,
+        gpus,
+        gpu_replicas=replicas,
+        extended_allocatable={"nvidia.com/gpu": replicas},
+    )
+
+
+def sharing(replicas: int) -> NodeChange:
+    return NodeChange(
+        "a100-0",
+        ChangeKind.TIME_SLICING,
+        f"tessera-dp-{replicas}",
+        "version: v1\n",
+        (GpuTarget(0, "GPU-0", "time_slicing", (), replicas),),
+        {"nvidia.com/gpu": replicas},
+    )
+
+
+def share_pod(name: str) -> Pod:
+    return Pod(
+        "default",
+        name,
+        PodRequirements(gpu=GpuRequest(GpuRequestKind.FRACTIONAL, count=1, milli=400)),
+        node_name="a100-0",
+        assignment=DeviceAssignment("a100-0", (GpuShare("GPU-0", 400),)),
+    )
+
+
+async def test_more_replicas_on_a_busy_node_are_applied_without_waiting_for_its_pods(
+    engine: AsyncEngine,
+) -> None:
+    cluster = RecordingCluster(time_sliced_node(2), pods=[share_pod("a"), share_pod("b")])
+    clock = [T0]
+    operator = await drive(engine, cluster, clock, sharing(4))
+    while await step(operator, "op-1"):
+        pass
+    assert cluster.calls == [("write_sharing_config", "a100-0", "tessera-dp-4-1")]  # no cordon, no drain
+    cluster.node_value = time_sliced_node(4)
+    while await step(operator, "op-1"):
+        pass
+    assert await state_of(operator) is OpState.SUCCEEDED
+    assert (await outbox_types(engine))[-1] == Reconfigured.TYPE

@@ -17,12 +17,11 @@ from tessera.cluster.domain.requirements import GpuRequest, GpuRequestKind, Pod,
 from tessera.slicing.domain.cluster_plan import GpuState, NodeState, PlannerSettings, plan_cluster
 from tessera.slicing.domain.demand import PodShape
 from tessera.slicing.domain.layout import GpuChange, GpuLayout, LayoutPlan, SharingMode
-from tessera.slicing.domain.operation import ChangeKind, GpuTarget, NodeChange
+from tessera.slicing.domain.operation import ChangeKind
 from tessera.slicing.domain.time_slicing import PodUse, fit_by_usage
 from tessera.slicing.domain.usage_history import MinuteUse, UsageHistory, UsageSettings
 from tessera.slicing.service_layer.cluster_view import (
     grows_replicas,
-    keeps_running_pods,
     node_changes,
     node_state,
 )
@@ -193,11 +192,6 @@ def test_growing_replicas_on_busy_gpus_neither_drains_nor_waits_for_the_pods() -
     assert grows_replicas([change])
     [node_change] = node_changes(LayoutPlan((change,)), {"ts": _node(2)}, {"ts": frozenset({0})})
     assert node_change.drain is False and node_change.kind is ChangeKind.TIME_SLICING
-    assert keeps_running_pods(node_change, _node(2))
-    shrink = NodeChange(
-        "ts", ChangeKind.TIME_SLICING, "c", "b", (GpuTarget(0, "GPU-0", "time_slicing", (), 2),), {}
-    )
-    assert not keeps_running_pods(shrink, _node(4))  # fewer replicas could take one a pod holds
     back = GpuChange("ts", 0, "A100-80GB", GpuLayout.time_slicing(4), GpuLayout.exclusive(), "whole")
     assert not grows_replicas([back])
     assert SharingMode.TIME_SLICING is change.desired.mode

@@ -184,28 +184,13 @@ def node_changes(
 
 def grows_replicas(changes: Iterable[GpuChange]) -> bool:
     """Only more time-slicing replicas on GPUs already time-sliced: every running pod keeps its replica,
-    so the GPUs need not be idle nor drained."""
+    so the node is not drained (a change without a drain is written at once, see `Operation`)."""
     changes = list(changes)
     return bool(changes) and all(
         c.current.mode is SharingMode.TIME_SLICING
         and c.desired.mode is SharingMode.TIME_SLICING
         and c.desired.replicas >= c.current.replicas
         for c in changes
-    )
-
-
-def keeps_running_pods(change: NodeChange, node: Node) -> bool:
-    """The change only adds time-slicing replicas to GPUs the node time-slices now (see
-    `grows_replicas`): the pods that hold GPUs keep them, so the change need not wait for them."""
-    if change.kind is not ChangeKind.TIME_SLICING:
-        return False
-    current = current_layouts(node)
-    return bool(change.gpus) and all(
-        g.kind == "time_slicing"
-        and g.index in current
-        and current[g.index].mode is SharingMode.TIME_SLICING
-        and g.replicas >= current[g.index].replicas
-        for g in change.gpus
     )
 
 

@@ -25,7 +25,7 @@ from tessera.slicing.domain.operation import (
     advertises,
     mig_outcome,
 )
-from tessera.slicing.service_layer.cluster_view import gpu_use, keeps_running_pods
+from tessera.slicing.service_layer.cluster_view import gpu_use
 from tessera.slicing.service_layer.ports import DRAIN_LABEL, ClusterOps
 from tessera.slicing.service_layer.unit_of_work import SlicingUnitOfWork
 
@@ -85,7 +85,7 @@ async def _act(operator: Operator, op: Operation, now: datetime, uow: SlicingUni
             node = await cluster.node(change.node)
             pods = await _holding_pods(operator, op, node)
             holders = sorted({f"{pod.namespace}/{pod.name}" for pod in pods})
-            if not holders or keeps_running_pods(change, node):
+            if not holders:
                 op.drained(now, policy)
             elif change.drain and not op.overdue(now):
                 op.start_draining(now, policy)

@@ -93,6 +93,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory, otlp_collector: OtlpCollecto
         # a GPU held idle for 20 s is flagged (600 s in production), so the usage test sees one in time;
         # the window spans several 5 s samples, so one sample taken while a pod starts flags nothing
         "TESSERA_TELEMETRY_USAGE__IDLE_WINDOW_S": "20",
+        # the forecaster steps a second (a trace minute replayed per second) over an hour of history,
+        # and reconciles PredictiveAutoscalers each second, for the closed-loop test
+        "TESSERA_FORECASTER_STEP_S": "1",
+        "TESSERA_FORECASTER_HISTORY_H": "1",
+        "TESSERA_FORECASTER_CONTROLLER_INTERVAL_S": "1",
     }
     log = (state / "up.log").open("w")
     command = [sys.executable, "-m", "tessera.cli", "up", "--state-dir", str(state)]

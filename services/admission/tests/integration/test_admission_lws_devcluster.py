@@ -296,3 +296,26 @@ async def test_admission_restarted_mid_way_submits_no_group_twice_and_keeps_the_
         waiting = {j["id"] for j in first if j["state"] == "queued"}
         assert {j["id"] for j in again if j["state"] == "queued"} == waiting
         assert {j["state"] for j in again if j["id"] not in waiting} <= {"admitted", "placed", "running"}
+
+
+async def test_a_label_on_the_leaderworkerset_alone_queues_its_groups(
+    nats_url: str, fresh_database: str, tmp_path: Path
+) -> None:
+    body = lws("labelled", 1)
+    body["metadata"]["labels"] = {"tessera.io/queue": "serving"}
+    for role in ("leaderTemplate", "workerTemplate"):  # the templates carry no queue label
+        del body["spec"]["leaderWorkerTemplate"][role]["metadata"]["labels"]["tessera.io/queue"]
+    async with (
+        stack(nats_url, fresh_database, tmp_path) as (api, url, _),
+        httpx.AsyncClient(base_url=url) as http,
+    ):
+        assert (await http.put("/v1/config", json=QUEUES)).status_code == 200
+        cluster = Cluster(api, http)
+        await cluster.create(body)
+        groups = await eventually(
+            lambda: cluster.groups("labelled", 1, 0), what="the group bound", timeout=90
+        )
+        (pods,) = groups.values()
+        assert {p["metadata"]["labels"]["tessera.io/queue"] for p in pods} == {"serving"}
+        (job_id,) = {p["metadata"]["labels"]["tessera.io/job-id"] for p in pods}
+        assert (await cluster.job(job_id))["queue"] == "serving"

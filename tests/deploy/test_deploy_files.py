@@ -61,3 +61,13 @@ def test_dockerfile_builds_from_the_lock_and_ships_the_migrations() -> None:
     assert "COPY migrations" in text and "TESSERA_MIGRATIONS_DIR" in text
     for copied in ("pyproject.toml", "uv.lock", "libs", "services", "migrations"):
         assert (ROOT / copied).exists(), copied
+
+
+def test_the_image_is_built_in_two_stages_and_runs_as_a_numeric_non_root_user() -> None:
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    stages = [line for line in text.splitlines() if line.startswith("FROM ")]
+    assert len(stages) == 2 and stages[0].endswith(" AS build"), stages
+    assert "COPY --from=build" in text  # the runtime stage takes the environment, not the build tools
+    (user,) = [line.split()[1] for line in text.splitlines() if line.startswith("USER ")]
+    uid = user.split(":")[0]
+    assert uid.isdigit() and int(uid) != 0, user  # runAsNonRoot can check a numeric user

@@ -360,6 +360,15 @@ def test_each_service_settles_its_settings_from_the_rendered_environment(
         assert settings.spot.taints == {"example.com/going": "node_termination"}
 
 
+def test_global_otlp_endpoint_reaches_every_service_s_exporter() -> None:
+    chart = render(merged(VALUE_SETS["default"], {"global": {"otlp": {"endpoint": "http://collector:4318"}}}))
+    for service, _, container in workloads(chart):
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env.get("OTEL_EXPORTER_OTLP_ENDPOINT") == "http://collector:4318", service
+    for service, _, container in workloads(render(VALUE_SETS["default"])):
+        assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in {e["name"] for e in container["env"]}, service
+
+
 def test_the_kubeconfig_uses_the_service_account(default: Rendered) -> None:
     config = yaml.safe_load(default.get("ConfigMap", "tessera-kubeconfig")["data"]["kubeconfig"])
     (cluster,) = config["clusters"]

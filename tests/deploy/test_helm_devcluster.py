@@ -96,7 +96,8 @@ def test_the_rendered_chart_is_accepted_and_its_crd_served(
 
     # as helm does: the CRDs first, established before anything that may use them
     kubectl("apply", "--server-side", "-f", str(crds))
-    kubectl("wait", "--for", "condition=established", "--timeout=30s", "crd/podgroups.scheduling.x-k8s.io")
+    for crd in ("podgroups.scheduling.x-k8s.io", "predictiveautoscalers.tessera.io"):
+        kubectl("wait", "--for", "condition=established", "--timeout=30s", f"crd/{crd}")
     applied = kubectl("apply", "--server-side", "-f", str(objects)).splitlines()
     assert len(applied) == len(chart.objects)
     assert all(line.endswith(" serverside-applied") for line in applied), applied
@@ -143,3 +144,23 @@ def test_the_rendered_chart_is_accepted_and_its_crd_served(
     listed = kubectl("get", "podgroups", "-n", "default")
     assert listed.splitlines()[0].split()[:3] == ["NAME", "PHASE", "MINMEMBER"]
     assert listed.splitlines()[1].split()[:3] == ["trainer", "Pending", "2"]
+
+    # and the PredictiveAutoscaler CRD: its printer columns are what `kubectl get` shows
+    autoscaler = {
+        "apiVersion": "tessera.io/v1alpha1",
+        "kind": "PredictiveAutoscaler",
+        "metadata": {"name": "llm", "namespace": "default"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"},
+            "minReplicas": 1,
+            "maxReplicas": 8,
+            "metric": {"type": "events", "events": {"name": "qps"}},
+            "target": 10,
+            "mode": "Preview",
+            "via": "hpa",
+        },
+    }
+    kubectl("apply", "--server-side", "-f", str(_write(tmp_path / "pa.yaml", [autoscaler])))
+    listed = kubectl("get", "predictiveautoscalers", "-n", "default").splitlines()
+    assert listed[0].split()[:4] == ["NAME", "TARGET", "MODE", "VIA"]
+    assert listed[1].split()[:4] == ["llm", "llm", "Preview", "hpa"]

@@ -24,7 +24,7 @@ from tessera.devcluster.apiserver.resources import (
 )
 from tessera.devcluster.apiserver.selectors import Selector
 from tessera.devcluster.apiserver.store import ObjectStore
-from tessera.devcluster.apiserver.tables import to_table, wants_table
+from tessera.devcluster.apiserver.tables import Printer, crd_printer, has_printer, to_table, wants_table
 from tessera.devcluster.apiserver.webhooks import MutatingWebhooks
 
 
@@ -212,7 +212,7 @@ class ResourceRouter:
     ) -> aiohttp.web.Response:
         items, revision = self.store.list(resource, route.namespace, self._selector(request))
         if wants_table(request.headers.get("Accept")):
-            return _json(to_table(resource, items, str(revision)))
+            return _json(to_table(resource, items, str(revision), self._printer(resource)))
         return _json(
             {
                 "kind": resource.list_kind,
@@ -222,11 +222,22 @@ class ResourceRouter:
             }
         )
 
+    def _printer(self, resource: ResourceType) -> Printer | None:
+        """A custom resource's printer columns, from its CustomResourceDefinition."""
+        if not resource.group or has_printer(resource):
+            return None
+        try:
+            crd = self.store.get(CUSTOMRESOURCEDEFINITIONS, None, f"{resource.plural}.{resource.group}")
+        except ApiError:
+            return None
+        return crd_printer(crd, resource.version)
+
     def _maybe_table(
         self, request: aiohttp.web.BaseRequest, resource: ResourceType, obj: dict[str, Any]
     ) -> aiohttp.web.Response:
         if wants_table(request.headers.get("Accept")):
-            return _json(to_table(resource, [obj], obj["metadata"]["resourceVersion"]))
+            printer = self._printer(resource)
+            return _json(to_table(resource, [obj], obj["metadata"]["resourceVersion"], printer))
         return _json(obj)
 
     def _post(self, resource: ResourceType, route: Route, body: Any) -> aiohttp.web.Response:
@@ -311,7 +322,8 @@ class ResourceRouter:
                         break
                     continue
                 if table:
-                    event = {"type": event["type"], "object": to_table(resource, [event["object"]], "")}
+                    table_of = to_table(resource, [event["object"]], "", self._printer(resource))
+                    event = {"type": event["type"], "object": table_of}
                 await response.write(_line(event))
         except (ConnectionError, asyncio.CancelledError):
             watch.close()

@@ -246,12 +246,58 @@ _PRINTERS: dict[ResourceType, tuple[list[Column], Callable[[dict[str, Any]], lis
 }
 
 
+Printer = tuple[list[Column], Callable[[dict[str, Any]], list[Any]]]
+
+
+def crd_printer(crd: dict[str, Any], version: str) -> Printer | None:
+    """The columns a CustomResourceDefinition's `additionalPrinterColumns` give `version`, as the real
+    API server prints them: the name, then each column (a `date` as an age); None where it declares
+    none (the default Name and Age then)."""
+    spec = crd.get("spec") or {}
+    declared: list[dict[str, Any]] = []
+    for served in spec.get("versions") or []:
+        if served.get("name") == version:
+            declared = served.get("additionalPrinterColumns") or []
+    if not declared:
+        return None
+    columns: list[Column] = [("Name", "string", 0)]
+    columns += [(c["name"], c.get("type", "string"), int(c.get("priority", 0))) for c in declared]
+
+    def row(obj: dict[str, Any]) -> list[Any]:
+        cells: list[Any] = [obj["metadata"]["name"]]
+        for column in declared:
+            value = _json_path(obj, str(column.get("jsonPath", "")))
+            cells.append(age(value) if column.get("type") == "date" and isinstance(value, str) else value)
+        return cells
+
+    return columns, row
+
+
+def _json_path(obj: Any, path: str) -> Any:
+    """A simple JSONPath (`.spec.a.b`), as printer columns use; None where a field is missing."""
+    for field_name in [p for p in path.strip().lstrip("$").split(".") if p]:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(field_name)
+    return obj
+
+
+def has_printer(resource: ResourceType) -> bool:
+    """The resource has columns of its own here (as the real server's built-in printers)."""
+    return resource in _PRINTERS
+
+
 def wants_table(accept: str | None) -> bool:
     return bool(accept) and "as=Table" in (accept or "")
 
 
-def to_table(resource: ResourceType, items: list[dict[str, Any]], resource_version: str) -> dict[str, Any]:
-    columns, row = _PRINTERS.get(resource, (_DEFAULT_COLUMNS, _default_row))
+def to_table(
+    resource: ResourceType,
+    items: list[dict[str, Any]],
+    resource_version: str,
+    printer: Printer | None = None,
+) -> dict[str, Any]:
+    columns, row = printer or _PRINTERS.get(resource, (_DEFAULT_COLUMNS, _default_row))
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",

@@ -11,7 +11,7 @@ one container is that container's alone. A GPU shared by several is split:
 * else by **requested** share: the milli-GPU the scheduler placed (`gang_placed`), else the MIG
   profile's compute slices, else equal replicas.
 
-Every `Share` says which rule split it (`split`). See ADR 0015.
+Every `Share` says which rule split it (`split`). See ADR 0016.
 """
 
 from __future__ import annotations

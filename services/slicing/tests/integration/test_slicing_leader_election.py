@@ -1,6 +1,7 @@
 """Two slicing replicas on one devcluster elect a leader on the `tessera-slicing` Lease
-(coordination.k8s.io/v1): only the leader plans layouts. When it stops, the follower takes over and
-plans the demand that comes next."""
+(coordination.k8s.io/v1): only the leader plans layouts. When it stops, or vanishes without releasing
+the Lease, the follower takes over (at once, or once the Lease runs out) and plans the demand that
+comes next."""
 
 from __future__ import annotations
 
@@ -54,8 +55,9 @@ def holder(cluster: DevCluster) -> str | None:
     return (lease.get("spec") or {}).get("holderIdentity") or None
 
 
-async def test_only_the_lease_holder_plans_and_the_follower_takes_over_when_it_stops(
-    stack: Stack, cluster: DevCluster, tmp_path: Path
+@pytest.mark.parametrize("leaves", ["stops", "vanishes"])
+async def test_only_the_lease_holder_plans_and_the_follower_takes_over_when_it_leaves(
+    stack: Stack, cluster: DevCluster, tmp_path: Path, leaves: str
 ) -> None:
     kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
     api = Kube(kubeconfig)
@@ -71,9 +73,11 @@ async def test_only_the_lease_holder_plans_and_the_follower_takes_over_when_it_s
                     return seen and not elector(follower).leading
 
                 await eventually(follower_waits, what="the second replica following", timeout=10)
-                await leading.aclose()  # the leader stops (and releases the lease)
+                if leaves == "vanishes":  # gone without a word: the Lease stays held until it runs out
+                    elector(leader).release = _no_release  # type: ignore[method-assign]
+                await leading.aclose()  # the leader stops (and releases the lease, unless it vanishes)
                 await eventually(
-                    lambda: _leads(follower, cluster), what="the follower taking over", timeout=10
+                    lambda: _leads(follower, cluster), what="the follower taking over", timeout=20
                 )
 
                 await api.create_pod(PodManifest("wants-3g").scheduler().mig("3g.40gb").obj())
@@ -90,6 +94,10 @@ async def test_only_the_lease_holder_plans_and_the_follower_takes_over_when_it_s
         assert holder(cluster) is None  # released on a clean stop
     finally:
         api.close()
+
+
+async def _no_release() -> None:
+    return None
 
 
 async def _leads(service: Any, cluster: DevCluster) -> bool:

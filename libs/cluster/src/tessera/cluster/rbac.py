@@ -191,7 +191,9 @@ SERVICE_CALLS: Mapping[str, frozenset[ApiCall]] = {
             "delete_namespaced_horizontal_pod_autoscaler",
             "create_namespaced_event",
         )
-    ),
+    )
+    # one replica forecasts and reconciles at a time: the holder of its Lease, in the release's namespace
+    | LEASE_CALLS,
     # each job's Indexed Jobs and headless Service in its job namespace (made suspended, deleted when
     # the job is cancelled); users' Jobs labelled `tessera.io/queue` in any namespace: listed each
     # round, held and released (read, then patched), and an Event on each Job it holds or releases;

@@ -4,6 +4,8 @@ scaler)."""
 
 from __future__ import annotations
 
+from tessera.cluster.kube import api_client
+from tessera.cluster.leader_settings import leader_elector
 from tessera.contracts import subjects
 from tessera.core.db.retention import RetentionRule
 from tessera.core.messaging.consumer import ConsumerSpec
@@ -14,6 +16,7 @@ from tessera.forecaster.config import ForecasterSettings, get_settings
 from tessera.forecaster.domain.checks import InputPolicy
 from tessera.forecaster.entrypoints.api import router
 from tessera.forecaster.entrypoints.autoscalers import autoscaler_task
+from tessera.forecaster.entrypoints.leading import leader_work
 from tessera.forecaster.entrypoints.loops import forecast_every_step, warm_models
 from tessera.forecaster.entrypoints.metrics_server import check_certificate, https_metrics
 from tessera.forecaster.entrypoints.scaler import scaler_task
@@ -50,6 +53,10 @@ def engine_config(settings: ForecasterSettings) -> EngineConfig:
 
 def build(settings: ForecasterSettings) -> ServiceDefinition[ForecasterDeps]:
     async def dependencies(ctx: ServiceContext) -> ForecasterDeps:
+        leader = None
+        if settings.kubeconfig is not None:
+            api = api_client(kubeconfig=str(settings.kubeconfig))
+            leader = leader_elector(api, settings.leader_election, "default")
         return ForecasterDeps(
             uow=ctx.uow,
             stop=ctx.stop,
@@ -58,6 +65,7 @@ def build(settings: ForecasterSettings) -> ServiceDefinition[ForecasterDeps]:
             candidates=lambda: default_candidates(settings.season_steps, settings.window_steps),
             history_s=settings.history_h * 3600,
             default_window_s=settings.default_window_s,
+            leader=leader,
         )
 
     https = []
@@ -73,10 +81,9 @@ def build(settings: ForecasterSettings) -> ServiceDefinition[ForecasterDeps]:
         consumers=consumers,
         routers=[router],
         background=[
-            forecast_every_step,
+            leader_work(forecast_every_step, *([autoscaler_task(settings)] if settings.kubeconfig else [])),
             warm_models,
             scaler_task(settings.grpc_host, settings.grpc_port),
-            *([autoscaler_task(settings)] if settings.kubeconfig else []),
             *https,
         ],
         retention=[

@@ -8,7 +8,16 @@ from typing import ClassVar
 
 from pydantic import AliasChoices, Field
 
+from tessera.cluster.leader_settings import LeaderElectionSettings
 from tessera.core.settings import HttpsServing, ServiceSettings, http_port, service_config
+
+
+class ForecasterLeaderElection(LeaderElectionSettings):
+    """Only one replica forecasts and reconciles PredictiveAutoscalers: the holder of the
+    ``tessera-forecaster`` Lease (with a kubeconfig). Every replica records metrics and serves the
+    forecasts the leader stored, over the external metrics API and KEDA's scaler."""
+
+    lease_name: str = Field("tessera-forecaster", min_length=1)
 
 
 class MetricsTlsSettings(HttpsServing):
@@ -49,6 +58,7 @@ class ForecasterSettings(ServiceSettings):
         validation_alias=AliasChoices("TESSERA_FORECASTER_KUBECONFIG", "TESSERA_KUBECONFIG", "kubeconfig"),
         description="a kubeconfig of the cluster whose PredictiveAutoscalers to reconcile; none: no controller",
     )
+    leader_election: ForecasterLeaderElection = ForecasterLeaderElection()
     controller_interval_s: float = Field(
         15.0, gt=0, description="seconds between passes of the PredictiveAutoscaler controller"
     )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -26,19 +27,23 @@ def scaler_address(settings: ForecasterSettings, deps: ForecasterDeps) -> Callab
     return address
 
 
-def autoscaler_task(settings: ForecasterSettings) -> Callable[[ForecasterDeps], Coroutine[Any, Any, None]]:
-    async def control_autoscalers(deps: ForecasterDeps) -> None:
+def autoscaler_task(
+    settings: ForecasterSettings,
+) -> Callable[[ForecasterDeps, asyncio.Event], Coroutine[Any, Any, None]]:
+    """The controller's passes until the service stops, or `until` is set (this replica stopped leading)."""
+
+    async def control_autoscalers(deps: ForecasterDeps, until: asyncio.Event) -> None:
         cluster = KubeAutoscalers(settings.kubeconfig)
         prometheus = PrometheusSource(settings.prometheus_url) if settings.prometheus_url else None
         controller = AutoscalerController(deps, cluster, scaler_address(settings, deps), prometheus)
         try:
-            while not deps.stop.is_set():
+            while not (deps.stop.is_set() or until.is_set()):
                 try:
                     await controller.reconcile_all()
                 except Exception as exc:  # the API server may be away; the next pass tries again
                     log.warning("autoscaler pass failed", extra={"error": repr(exc)})
                 deps.autoscaler_passes += 1
-                await wait_any(deps.stop, timeout=settings.controller_interval_s)
+                await wait_any(deps.stop, until, timeout=settings.controller_interval_s)
         finally:
             cluster.close()
 

@@ -20,13 +20,15 @@ WARM_STEPS = 240
 WARM_AFTER_S = 10.0
 
 
-async def forecast_every_step(deps: ForecasterDeps) -> None:
-    while not deps.stop.is_set():
+async def forecast_every_step(deps: ForecasterDeps, until: asyncio.Event | None = None) -> None:
+    """A round every step until the service stops (or `until` is set: this replica stopped leading)."""
+    ended = until or deps.stop
+    while not (deps.stop.is_set() or ended.is_set()):
         try:
             await forecast_round(deps)
         except Exception as exc:  # the database may be restarting; the next round tries again
             log.warning("forecast round failed", extra={"error": repr(exc)})
-        await wait_any(deps.stop, deps.wake, timeout=deps.step_s)
+        await wait_any(deps.stop, ended, deps.wake, timeout=deps.step_s)
         deps.wake.clear()
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from tessera.cluster.leader import LeaderElector
 from tessera.forecaster.domain.model import Series
 from tessera.forecaster.domain.selection import Candidate
 from tessera.forecaster.service_layer.engine import EngineConfig, SeriesForecaster
@@ -40,6 +41,8 @@ class ForecasterDeps:
     scaler_port: int | None = None
     #: passes of the PredictiveAutoscaler controller so far (tests wait on it)
     autoscaler_passes: int = 0
+    #: with a kubeconfig, the elector of the replica that forecasts and reconciles (None: this one does)
+    leader: LeaderElector | None = None
 
     def forecaster(self, series_id: int) -> SeriesForecaster:
         if series_id not in self.forecasters:

@@ -73,7 +73,11 @@ def job_spec(name: str, priority: int = 0) -> dict[str, Any]:
                 "gpu": {"count": 1},
                 "template": {
                     "metadata": {"annotations": {"tessera.io/sim-duration": "20s"}},
-                    "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+                    "spec": {
+                        "containers": [
+                            {"name": "main", "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"}
+                        ]
+                    },
                 },
             }
         ],

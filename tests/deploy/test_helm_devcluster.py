@@ -73,7 +73,12 @@ def _job(name: str, labels: dict[str, str]) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": "default", "labels": labels},
         "spec": {
             "template": {
-                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]}
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "main", "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"}
+                    ],
+                }
             }
         },
     }

@@ -66,7 +66,7 @@ spec:
   nodeName: gpu-node-3
   containers:
     - name: main
-      image: registry.k8s.io/pause:3.9
+      image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
       resources: {limits: {nvidia.com/gpu: "1"}}
 """
 

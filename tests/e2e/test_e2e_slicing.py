@@ -17,7 +17,7 @@ spec:
   schedulerName: tessera
   containers:
     - name: main
-      image: registry.k8s.io/pause:3.9
+      image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
       resources: {limits: {nvidia.com/mig-3g.40gb: "1"}}
 """
 

@@ -114,7 +114,11 @@ def a_full_node(stack: Stack) -> Iterator[str]:
         "spec": {
             "nodeName": node,
             "containers": [
-                {"name": "main", "image": "registry.k8s.io/pause:3.9", "resources": {"limits": limits}}
+                {
+                    "name": "main",
+                    "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+                    "resources": {"limits": limits},
+                }
             ],
         },
     }

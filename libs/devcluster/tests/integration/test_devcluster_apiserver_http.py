@@ -28,7 +28,10 @@ def pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": metadata,
-        "spec": {"schedulerName": "tessera", "containers": [{"name": "main", "image": "busybox"}]},
+        "spec": {
+            "schedulerName": "tessera",
+            "containers": [{"name": "main", "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"}],
+        },
     }
 
 

@@ -112,7 +112,7 @@ def test_kubectl_creates_applies_and_deletes_from_a_manifest(
     manifest.write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: demo, labels: {v: '1'}}\n"
         "spec:\n  schedulerName: tessera\n"
-        "  containers: [{name: main, image: busybox, resources: {limits: {nvidia.com/gpu: 2}}}]\n"
+        "  containers: [{name: main, image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime, resources: {limits: {nvidia.com/gpu: 2}}}]\n"
     )
 
     assert "pod/demo created" in kubectl(kubeconfig, "apply", "-f", str(manifest))

@@ -138,7 +138,12 @@ def job(name: str, labels: dict[str, str]) -> dict[str, Any]:
         "spec": {
             "template": {
                 "metadata": {"labels": labels},
-                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "main", "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"}
+                    ],
+                },
             }
         },
     }

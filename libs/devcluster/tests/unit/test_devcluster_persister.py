@@ -17,7 +17,7 @@ def pod(name: str) -> dict[str, object]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "labels": {"app": "é"}},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        "spec": {"containers": [{"name": "c", "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"}]},
     }
 
 

@@ -31,7 +31,9 @@ USER_TOLERATION = {"key": "team", "operator": "Equal", "value": "ml", "effect": 
 def a_job(
     selector: dict[str, str] | None = None, tolerations: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    pod: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
+    pod: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"}]
+    }
     if selector is not None:
         pod["nodeSelector"] = selector
     if tolerations is not None:

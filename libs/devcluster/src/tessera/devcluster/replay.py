@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tessera.cluster.builders import TEST_IMAGE
 from tessera.cluster.conventions import (
     GPU_MILLI_ANNOTATION,
     GPU_MODELS_ANNOTATION,
@@ -29,7 +30,9 @@ from tessera.cluster.conventions import (
 from tessera.devcluster.sim.context import SIM_DURATION_ANNOTATION
 
 TRACE_LABEL = "tessera.io/trace"
-PAUSE_IMAGE = "registry.k8s.io/pause:3.9"
+#: the image of a replayed pod: the devcluster runs no container, but a trace pod is a GPU job, so it
+#: names a real GPU image as a user's would
+REPLAY_IMAGE = TEST_IMAGE
 _COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")  # gpu_spec, the times: optional
 
 
@@ -125,7 +128,7 @@ def pod_manifest(
         "spec": {
             "schedulerName": scheduler,
             "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": PAUSE_IMAGE, "resources": resources}],
+            "containers": [{"name": "main", "image": REPLAY_IMAGE, "resources": resources}],
         },
     }
 

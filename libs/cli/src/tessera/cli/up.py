@@ -1,29 +1,54 @@
 """``tessera up``: the whole system on one machine, with no Docker (the command and its options).
 
-The work is done in ``tessera.cli.up_stack``.
+The work is done in ``tessera.cli.up_stack``, imported only when ``tessera up`` runs: it pulls in
+SQLAlchemy, the Kubernetes client and the services' modules, seconds of CPU that every other
+``tessera`` command (``jobs list``, ``--help``) would otherwise pay at start.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from tessera.cli.client import state_dir as cli_state_dir
 from tessera.cli.up_autoscaling import DEFAULT_HPA_SYNC_S
-from tessera.cli.up_stack import (
-    SERVICES,
-    Migrate,
-    ServiceArgv,
-    UpOptions,
-    default_service_argv,
-    migrate_all,
-    plan_services,
-    run_up,
-    start_devcluster,
-)
+from tessera.contracts.subjects import SERVICES
+
+if TYPE_CHECKING:
+    from tessera.cli.up_stack import (
+        Migrate,
+        ServiceArgv,
+        UpOptions,
+        default_service_argv,
+        migrate_all,
+        plan_services,
+        run_up,
+        start_devcluster,
+    )
+
+_FROM_UP_STACK = {
+    "Migrate",
+    "ServiceArgv",
+    "UpOptions",
+    "default_service_argv",
+    "migrate_all",
+    "plan_services",
+    "run_up",
+    "start_devcluster",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The stack's names, re-exported here, imported at their first use."""
+    if name in _FROM_UP_STACK:
+        from tessera.cli import up_stack
+
+        return getattr(up_stack, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "SERVICES",
@@ -191,6 +216,8 @@ def up(
         cluster_file = resolve_cluster_file(
             cluster_file, needed="telemetry" in chosen and kubeconfig is None and not devcluster
         )
+    from tessera.cli.up_stack import UpOptions, migrate_all, run_up
+
     options = UpOptions(
         state_dir=state_dir if state_dir is not None else cli_state_dir(),
         services=chosen,

@@ -173,13 +173,22 @@ class Cluster:
         job_id = pod["metadata"]["labels"]["tessera.io/job-id"]
         return dict((await self.http.get(f"/v1/jobs/{job_id}")).json())
 
-    async def reason(self, name: str) -> dict[str, Any] | None:
-        """The pod's QuotaReserved condition once admission wrote it."""
+    async def reason(self, name: str, wanted: str | None = None) -> dict[str, Any] | None:
+        """The pod's QuotaReserved condition once admission wrote it (with reason ``wanted``, if given:
+        a pod's first condition may say it waits for the next cycle, before the cycle says why)."""
         found = await asyncio.to_thread(
             self.core.read_namespaced_pod_status, name, self.ns, _preload_content=False
         )
         conditions = json.loads(found.data)["status"].get("conditions") or []
-        return next((c for c in conditions if c["type"] == "QuotaReserved"), None)
+        condition = next((c for c in conditions if c["type"] == "QuotaReserved"), None)
+        if condition is None or (wanted is not None and condition.get("reason") != wanted):
+            return None
+        return dict(condition)
+
+    async def queued_job(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        """The pod's job once admission adopted it and queued it."""
+        job = await self.job(pod)
+        return job if job.get("state") == "queued" else None
 
     async def events(self, name: str) -> list[tuple[str, str]]:
         listed = await asyncio.to_thread(self.core.list_namespaced_event, self.ns)
@@ -207,9 +216,11 @@ async def test_a_deployment_s_pods_are_gated_and_admitted_one_by_one_against_quo
         )
         assert {p["spec"]["schedulerName"] for p in [*bound, waiting]} == {"tessera"}
         assert {(await cluster.job(p))["state"] for p in bound} <= {"admitted", "placed", "running"}
-        job = await cluster.job(waiting)
+        job = await eventually(lambda: cluster.queued_job(waiting), what="the gated pod's job queued")
         assert (job["tenant"], job["queue"], job["state"]) == (NS, "serving", "queued")
-        condition = await eventually(lambda: cluster.reason(waiting["metadata"]["name"]), what="its reason")
+        condition = await eventually(
+            lambda: cluster.reason(waiting["metadata"]["name"], "QuotaExhausted"), what="its reason"
+        )
         assert condition["status"] == "False" and condition["reason"] == "QuotaExhausted"
         assert "queue serving" in condition["message"], condition
         events = await cluster.events(waiting["metadata"]["name"])
@@ -310,7 +321,9 @@ async def test_the_inference_example_applies_as_written_and_queues_replicas_over
         _, (waiting,) = await eventually(
             lambda: cluster.split(app, 4, 1), what="4 bound, 1 gated", timeout=60
         )
-        condition = await eventually(lambda: cluster.reason(waiting["metadata"]["name"]), what="its reason")
+        condition = await eventually(
+            lambda: cluster.reason(waiting["metadata"]["name"], "QuotaExhausted"), what="its reason"
+        )
         assert condition["status"] == "False" and "queue inference" in condition["message"], condition
 
 

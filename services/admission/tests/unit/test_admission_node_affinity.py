@@ -162,6 +162,22 @@ def test_the_shape_check_says_when_no_node_matches_the_affinity_or_none_it_allow
     assert oracle.never_fits(a_job("a").queue("q").gpus(4).build()) is None
 
 
+def test_a_label_the_node_source_does_not_report_is_not_held_against_the_node() -> None:
+    # the inventory reports a node's zone, not kubernetes.io/os: a pod asking for linux nodes (as
+    # most do) is not declared unplaceable, and the scheduler, which sees every label, decides
+    oracle = FreeShapeOracle([NodeFree("a", "a100", 8, labels={ZONE: "rack-a"})])
+    linux = affinity(selector={"kubernetes.io/os": "linux", ZONE: "rack-a"})
+    assert oracle.try_place(a_job("l").queue("q").on_nodes(linux).gpus(2).build(), ["a100"]) is not None
+    amd64 = affinity({"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]})
+    assert linux.may_match_node({ZONE: "rack-a"}) and amd64.may_match_node({ZONE: "rack-a"})
+    # a key it does report still counts, in the selector and in the affinity terms
+    assert not affinity(selector={"kubernetes.io/os": "linux", ZONE: "rack-b"}).may_match_node(
+        {ZONE: "rack-a"}
+    )
+    other_zone = affinity({"key": ZONE, "operator": "NotIn", "values": ["rack-a"]})
+    assert not other_zone.may_match_node({ZONE: "rack-a"})
+
+
 def test_a_job_specs_template_carries_its_requirement_into_the_workload() -> None:
     template = {
         "spec": {

@@ -20,7 +20,12 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tessera.admission.domain.flavor_placement import FlavorPlacement, jobset_placed, template_patch
+from tessera.admission.domain.flavor_placement import (
+    FlavorPlacement,
+    jobset_placed,
+    pod_release_spec,
+    template_patch,
+)
 from tessera.admission.domain.job_conditions import Condition, merged
 from tessera.admission.domain.kube_objects import JobObjects
 from tessera.admission.domain.native_jobsets import JOBSET_API
@@ -279,7 +284,9 @@ class KubeWorkloads:
         selector = f"{QUEUE_LABEL},{JOB_ID_LABEL}"
         return await self._labelled(self._core.list_pod_for_all_namespaces, selector)
 
-    async def release_pods(self, namespace: str, pods: Sequence[str]) -> list[str]:
+    async def release_pods(
+        self, namespace: str, pods: Sequence[str], placement: FlavorPlacement | None = None
+    ) -> list[str]:
         changed = []
         for name in pods:
             answer = await _call(
@@ -290,9 +297,10 @@ class KubeWorkloads:
             current = json.loads(answer.data)
             if not gated(current):
                 continue
+            placed = pod_release_spec(current["spec"], placement) if placement is not None else {}
             patch = {
                 "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-                "spec": {"schedulingGates": without_gate(current["spec"].get("schedulingGates"))},
+                "spec": {"schedulingGates": without_gate(current["spec"].get("schedulingGates")), **placed},
             }
             await _call(self._core.patch_namespaced_pod, name, namespace, patch, _content_type=MERGE_PATCH)
             changed.append(name)

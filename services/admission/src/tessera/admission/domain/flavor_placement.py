@@ -124,3 +124,20 @@ def merge_patched(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[s
         else:
             result[key] = value
     return result
+
+
+def pod_release_spec(pod_spec: Mapping[str, Any], placement: FlavorPlacement) -> dict[str, Any]:
+    """What a gated pod's spec gains as its gate goes, to put it on ``placement``: the flavor's node
+    labels its `nodeSelector` lacks, and the flavor's tolerations it lacks. Kubernetes lets a gated pod
+    gain `nodeSelector` entries and tolerations, never change or lose one, so a key the pod already
+    selects keeps its value (a flavor that contradicts the pod's selector is never chosen for it)."""
+    current: dict[str, str] = dict(pod_spec.get("nodeSelector") or {})
+    tolerations: list[dict[str, Any]] = [dict(t) for t in pod_spec.get("tolerations") or []]
+    patch: dict[str, Any] = {}
+    added = {k: v for k, v in placement.node_selector.items() if k not in current}
+    if added:
+        patch["nodeSelector"] = {**current, **added}
+    missing = [dict(t) for t in placement.tolerations if dict(t) not in tolerations]
+    if missing:
+        patch["tolerations"] = tolerations + missing
+    return patch

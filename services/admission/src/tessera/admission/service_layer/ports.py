@@ -189,9 +189,12 @@ class WorkloadCluster(Protocol):
         """Every Pod labelled `tessera.io/queue` and a Tessera job id, in every namespace."""
         ...
 
-    async def release_pods(self, namespace: str, pods: Sequence[str]) -> list[str]:
-        """Remove admission's scheduling gate from the pods; returns those it changed (those still
-        gated). Raises `WorkloadGone` when a pod is gone."""
+    async def release_pods(
+        self, namespace: str, pods: Sequence[str], placement: FlavorPlacement | None = None
+    ) -> list[str]:
+        """Remove admission's scheduling gate from the pods, in the same patch putting them on
+        ``placement``'s nodes; returns those it changed (those still gated). Raises `WorkloadGone`
+        when a pod is gone."""
         ...
 
     async def set_pod_conditions(

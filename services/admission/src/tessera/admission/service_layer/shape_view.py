@@ -32,7 +32,7 @@ class NodeShape:
 
     def may_hold(self, group: PodGroup) -> bool:
         """Whether the node's labels allow the group's pods (unknown labels allow any pod)."""
-        return not group.node or not self.labels or group.node.matches_node(self.labels, self.name)
+        return not group.node or not self.labels or group.node.may_match_node(self.labels, self.name)
 
     @property
     def described(self) -> str:

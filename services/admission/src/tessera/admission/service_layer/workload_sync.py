@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from tessera.admission.domain.flavor_placement import placement_of
+from tessera.admission.domain.flavor_placement import FlavorPlacement, placement_of
 from tessera.admission.domain.kube_objects import job_objects
 from tessera.admission.domain.queueing import FlavorSpec
 from tessera.admission.domain.workload_sync import Applied, Owner, WorkloadDue
@@ -55,7 +55,8 @@ async def apply(
         objects = tuple((ref.kind, ref.name) for ref in made.refs)
     pods = [name for kind, name in objects if kind == "Pod"]
     if pods:
-        return await _apply_pods(item, cluster, where, pods)
+        placement = placement_of(item.flavors[0], flavors or {}) if item.flavors else None
+        return await _apply_pods(item, cluster, where, pods, placement)
     jobsets = [name for kind, name in objects if kind == "JobSet"]
     if jobsets:
         return await _apply_jobset(item, cluster, where, jobsets[0], flavors or {})
@@ -83,18 +84,26 @@ async def apply(
     return Outcome(where, objects, item.want, f"{verb} {', '.join(changed)}" if changed else "")
 
 
-async def _apply_pods(item: WorkloadDue, cluster: WorkloadCluster, where: str, pods: list[str]) -> Outcome:
-    """A user's gated pod: admitted, its scheduling gate goes; preempted after it was released, it
-    is deleted (its ReplicaSet or StatefulSet makes it again, gated, and it queues again). A pod found
-    gone is left to the pod adoption, which cancels its job."""
+async def _apply_pods(
+    item: WorkloadDue,
+    cluster: WorkloadCluster,
+    where: str,
+    pods: list[str],
+    placement: FlavorPlacement | None = None,
+) -> Outcome:
+    """A user's gated pod: admitted, its scheduling gate goes and it is put on its flavor's nodes
+    (the flavor's node labels added to its nodeSelector, its tolerations added); preempted after it
+    was released, it is deleted (its ReplicaSet or StatefulSet makes it again, gated, and it queues
+    again). A pod found gone is left to the pod adoption, which cancels its job."""
     objects = tuple(("Pod", name) for name in pods)
     if item.want is Applied.RUNNING:
         try:
-            changed = await cluster.release_pods(where, pods)
+            changed = await cluster.release_pods(where, pods, placement)
         except WorkloadGone as gone:
             return Outcome(where, objects, item.want, str(gone))
+        flavor = f" in flavor {placement.flavor}" if placement is not None else ""
         for name in changed:
-            message = f"admitted by Tessera ({item.state}): scheduling gate removed"
+            message = f"admitted by Tessera ({item.state}){flavor}: scheduling gate removed"
             await cluster.event(where, name, "Normal", "Admitted", message, "Pod")
         return Outcome(where, objects, item.want, f"released {', '.join(changed)}" if changed else "")
     if item.applied is Applied.RUNNING:

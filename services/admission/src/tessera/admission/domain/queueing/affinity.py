@@ -8,7 +8,8 @@ Two checks use it, as Kueue's flavor assigner and kube-scheduler do:
   read with only its expressions on such keys (a term left with none matches any flavor). A flavor's
   GPU model stands for the GPU product label (`nvidia.com/gpu.product`) its nodes carry.
 - **Nodes.** A node whose labels do not match the requirement cannot hold the pods, whatever is
-  free on it (the whole requirement, as the scheduler reads it, `tessera.cluster.domain.affinity`).
+  free on it (the requirement as the scheduler reads it, `tessera.cluster.domain.affinity`, on the
+  label keys the node's source reports: a key it does not report is not held against the node).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from tessera.cluster.conventions.names import GPU_PRODUCT_LABEL
 from tessera.cluster.domain.affinity import (
     NodeSelectorRequirement,
     NodeSelectorTerm,
-    affinity_matches,
     parse_required_affinity,
 )
 
@@ -38,11 +38,19 @@ class NodeRequirement:
     def __bool__(self) -> bool:
         return bool(self.selector or self.terms)
 
-    def matches_node(self, labels: Mapping[str, str], name: str = "") -> bool:
-        """Whether a node with ``labels`` named ``name`` may hold the pods."""
-        if any(labels.get(key) != value for key, value in self.selector):
+    def may_match_node(self, labels: Mapping[str, str], name: str = "") -> bool:
+        """Whether a node whose source reports ``labels`` may hold the pods, comparing only the label
+        keys it reports: a source (a cluster file, telemetry's inventory) may report some of a node's
+        labels and not others (`kubernetes.io/os`), and a requirement on a key it does not report is
+        left to the scheduler, which sees every label, rather than declared unmeetable."""
+        if any(key in labels and labels[key] != value for key, value in self.selector):
             return False
-        return affinity_matches(self.terms, labels, name)
+        if not self.terms:
+            return True
+        for term in self.terms:
+            if all(r.holds(labels, name) for r in term if r.field or r.key in labels):
+                return True
+        return False
 
     def allows_flavor(
         self, node_labels: Mapping[str, str], keys: Collection[str], gpu_model: str | None = None

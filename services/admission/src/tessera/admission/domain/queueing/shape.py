@@ -76,7 +76,7 @@ class _Node:
 
     def fits(self, node: NodeRequirement) -> bool:
         """A node whose labels are not known (its source reports none) may hold any pod."""
-        return not node or not self.labels or node.matches_node(self.labels, self.name)
+        return not node or not self.labels or node.may_match_node(self.labels, self.name)
 
 
 class FreeShapeOracle:

@@ -173,15 +173,15 @@ class Cluster:
         job_id = pod["metadata"]["labels"]["tessera.io/job-id"]
         return dict((await self.http.get(f"/v1/jobs/{job_id}")).json())
 
-    async def reason(self, name: str, wanted: str | None = None) -> dict[str, Any] | None:
-        """The pod's QuotaReserved condition once admission wrote it (with reason ``wanted``, if given:
-        a pod's first condition may say it waits for the next cycle, before the cycle says why)."""
+    async def reason(self, name: str, settled: bool = False) -> dict[str, Any] | None:
+        """The pod's QuotaReserved condition once admission wrote it (with ``settled``, once a cycle
+        said why: a pod's first condition may be `Pending`, waiting for the next cycle)."""
         found = await asyncio.to_thread(
             self.core.read_namespaced_pod_status, name, self.ns, _preload_content=False
         )
         conditions = json.loads(found.data)["status"].get("conditions") or []
         condition = next((c for c in conditions if c["type"] == "QuotaReserved"), None)
-        if condition is None or (wanted is not None and condition.get("reason") != wanted):
+        if condition is None or (settled and condition.get("reason") == "Pending"):
             return None
         return dict(condition)
 
@@ -219,7 +219,7 @@ async def test_a_deployment_s_pods_are_gated_and_admitted_one_by_one_against_quo
         job = await eventually(lambda: cluster.queued_job(waiting), what="the gated pod's job queued")
         assert (job["tenant"], job["queue"], job["state"]) == (NS, "serving", "queued")
         condition = await eventually(
-            lambda: cluster.reason(waiting["metadata"]["name"], "QuotaExhausted"), what="its reason"
+            lambda: cluster.reason(waiting["metadata"]["name"], settled=True), what="its reason"
         )
         assert condition["status"] == "False" and condition["reason"] == "QuotaExhausted"
         assert "queue serving" in condition["message"], condition
@@ -322,7 +322,7 @@ async def test_the_inference_example_applies_as_written_and_queues_replicas_over
             lambda: cluster.split(app, 4, 1), what="4 bound, 1 gated", timeout=60
         )
         condition = await eventually(
-            lambda: cluster.reason(waiting["metadata"]["name"], "QuotaExhausted"), what="its reason"
+            lambda: cluster.reason(waiting["metadata"]["name"], settled=True), what="its reason"
         )
         assert condition["status"] == "False" and "queue inference" in condition["message"], condition
 

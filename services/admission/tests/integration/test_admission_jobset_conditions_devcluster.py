@@ -109,7 +109,11 @@ async def test_a_jobsets_conditions_and_events_say_why_it_waits_and_when_it_neve
         )
         assert first["Inadmissible"]["status"] == "False"
         assert all("lastProbeTime" not in c for c in first.values()), "metav1.Conditions have no probe time"
-        assert (await read("first"))["spec"]["suspend"] is False
+
+        async def released() -> bool:  # the workload sync may unsuspend it after the condition is written
+            return (await read("first"))["spec"]["suspend"] is False
+
+        await eventually(released, what="first unsuspended", timeout=30)
 
         # Over quota (6 GPUs, 2 left): QuotaReserved False with the numbers, and an Event.
         await asyncio.to_thread(

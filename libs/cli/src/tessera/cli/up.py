@@ -7,6 +7,7 @@ SQLAlchemy, the Kubernetes client and the services' modules, seconds of CPU that
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -216,9 +217,9 @@ def up(
         cluster_file = resolve_cluster_file(
             cluster_file, needed="telemetry" in chosen and kubeconfig is None and not devcluster
         )
-    from tessera.cli.up_stack import UpOptions, migrate_all, run_up
-
-    options = UpOptions(
+    # through this module, so a name replaced here (a test's stand-in for the stack) is the one used
+    this = sys.modules[__name__]
+    options = this.UpOptions(
         state_dir=state_dir if state_dir is not None else cli_state_dir(),
         services=chosen,
         nats_url=check_url(nats_url, ("nats", "tls"), "--nats-url"),
@@ -237,5 +238,5 @@ def up(
     from tessera.cli.tokens import with_admin_token  # made at the first start, printed that once
 
     console = Console()
-    migrate = with_admin_token(migrate_all, options.state_dir, console)
-    raise typer.Exit(run_up(options, console=console, migrate=migrate))
+    migrate = with_admin_token(this.migrate_all, options.state_dir, console)
+    raise typer.Exit(this.run_up(options, console=console, migrate=migrate))

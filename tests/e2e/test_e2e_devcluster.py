@@ -80,7 +80,7 @@ def test_mig_config_succeeds_on_an_idle_node_and_fails_on_a_busy_one(stack: Stac
     # the official client reads the running pod's status back (it requires each container's imageID)
     api = config.new_client_from_config(config_file=str(stack.kubeconfig))  # type: ignore[no-untyped-call]
     status = client.CoreV1Api(api).read_namespaced_pod("holds-a-gpu", "default").status
-    assert status.container_statuses[0].image_id.startswith("registry.k8s.io/pause@sha256:")
+    assert status.container_statuses[0].image_id.startswith("pytorch/pytorch@sha256:")
     for node in ("gpu-node-2", "gpu-node-3"):
         stack.kubectl("label", "node", node, "nvidia.com/mig.config=all-1g.10gb", "--overwrite")
 

@@ -111,7 +111,11 @@ def pod(name: str, node: str, profile: str) -> dict[str, object]:
         "spec": {
             "nodeName": node,
             "containers": [
-                {"name": "main", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                {
+                    "name": "main",
+                    "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
             ],
         },
     }

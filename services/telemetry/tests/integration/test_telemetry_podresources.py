@@ -57,8 +57,12 @@ def pod(name: str, node: str, *, milli: int | None = None, profile: str = "train
         "spec": {
             "nodeName": node,
             "containers": [
-                {"name": "sidecar", "image": "pause"},
-                {"name": "worker", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                {"name": "sidecar", "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"},
+                {
+                    "name": "worker",
+                    "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                },
             ],
         },
     }

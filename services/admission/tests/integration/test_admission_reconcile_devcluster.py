@@ -89,7 +89,11 @@ async def test_reconciliation_moves_jobs_to_what_their_pods_show(
     dev, kubeconfig = cluster
     kube_api = api_client(kubeconfig=str(kubeconfig))
     core, batch = k8s.CoreV1Api(kube_api), k8s.BatchV1Api(kube_api)
-    async for api in start_api(*admission_db, auth="disabled", kubeconfig=kubeconfig):
+    # The service's own passes get an hour's grace, so on a slow machine they cannot repair "gone"
+    # before the test's own pass does.
+    async for api in start_api(
+        *admission_db, auth="disabled", kubeconfig=kubeconfig, reconcile_grace_s=3600.0
+    ):
         deps = AdmissionDeps(api.ctx, AuthMode.DISABLED, None, 0.05, 10.0)
         registry = CollectorRegistry()
         right_away = Reconciliation(deps, KubeWorkloads(kube_api), registry, timedelta(0))

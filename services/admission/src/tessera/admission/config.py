@@ -52,6 +52,12 @@ class AdmissionSettings(ServiceSettings):
     workload_sync_interval_s: float = Field(
         0.5, gt=0, description="seconds between rounds that bring jobs' objects to their state"
     )
+    reconcile_grace_s: float = Field(
+        60.0,
+        ge=0,
+        description="reconciliation leaves a job that changed more recently than this to its events, "
+        "which may still be on their way",
+    )
     webhook: WebhookSettings = WebhookSettings()
 
 

@@ -18,8 +18,6 @@ log = logging.getLogger(__name__)
 
 INTERVAL_S = 30.0
 """Seconds between passes: a safety net under the events, not their replacement."""
-GRACE = timedelta(seconds=60)
-"""A job changed more recently than this is left to its events, which may still be on their way."""
 
 
 class Reconciliation:
@@ -51,7 +49,8 @@ async def reconciliation(deps: AdmissionDeps) -> None:
     cluster = deps.workload_cluster
     if cluster is None:
         return
-    passes = Reconciliation(deps, cluster, deps.ctx.metrics.registry, GRACE)
+    grace = timedelta(seconds=deps.reconcile_grace_s)
+    passes = Reconciliation(deps, cluster, deps.ctx.metrics.registry, grace)
     while not deps.ctx.stop.is_set():
         try:
             await passes.run_pass()

@@ -24,6 +24,8 @@ class AdmissionDeps:
     workload_cluster: WorkloadCluster | None = None
     namespace: str = "default"
     workload_sync_interval_s: float = 0.5
+    #: reconciliation leaves a job that changed more recently than this to its events
+    reconcile_grace_s: float = 60.0
     #: set by a submission or a release in this process, so the cycle runs at once
     cycle_wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -40,6 +42,7 @@ class AdmissionDeps:
             workload_cluster=workload_cluster,
             namespace=settings.namespace,
             workload_sync_interval_s=settings.workload_sync_interval_s,
+            reconcile_grace_s=settings.reconcile_grace_s,
         )
 
     @property

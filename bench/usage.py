@@ -33,6 +33,7 @@ Goals: error within 0.5 %, >= 50,000 samples/s, < 5 % of one core per 1,000 GPUs
 from __future__ import annotations
 
 import argparse
+import asyncio
 import bisect
 import csv
 import gzip
@@ -47,22 +48,32 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench._usage_db import ServerCpu, UsageStore, telemetry_database
 from tessera.devcluster import data
+from tessera.telemetry.config import UsageSettings
 from tessera.telemetry.domain.attribution import DeviceGrant, GpuProcess, holders_from_grants, split_reading
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.model import Reading
-from tessera.telemetry.domain.rightsizing import FindingKind, RightsizingPolicy, RightsizingTracker
+from tessera.telemetry.domain.rightsizing import (
+    FindingKind,
+    Recommendation,
+    RightsizingPolicy,
+    RightsizingTracker,
+)
 from tessera.telemetry.domain.usage import (
     HOUR_S,
     Accountant,
     AccountingPolicy,
     Flavor,
     PriceBook,
+    UsageRow,
 )
-from tessera.telemetry.service_layer.usage import NodeInfo, UsageLedger
+from tessera.telemetry.service_layer.usage import NodeInfo, UsageLedger, restore_usage
 
 RESULTS = Path(__file__).parent / "results"
 INTERVAL_S = 10.0
+#: the service's default: rows are stored this often (simulated seconds)
+FLUSH_S: float = UsageSettings.model_fields["flush_interval_s"].default
 GPU_MEMORY_MIB = 81920
 GPUS_PER_NODE = 8
 #: illustrative on-demand price per A100-80GB GPU-hour (see examples/prices/)
@@ -148,15 +159,9 @@ def place(series: list[Series]) -> list[Pod]:
     return pods
 
 
-def run(trace: Path, hours: float | None = None, report: Path | None = None) -> dict[str, Any]:
-    series = load_trace(trace)
-    pods = place(series)
-    start = min(p.series.start for p in pods)
-    end = max(p.series.end for p in pods)
-    if hours is not None:
-        end = min(end, start + hours * HOUR_S)
-    t0 = datetime.fromtimestamp(0, UTC) + timedelta(days=20000)  # the trace's times are anonymised offsets
-
+def build(pods: list[Pod]) -> tuple[JobDirectory, UsageLedger]:
+    """The directory (each pod its own job, billed to a tenant by a hash of its name) and the ledger,
+    with the service's accounting policy for a 10 s sampling interval."""
     directory = JobDirectory()
     for p in pods:
         tenant = TENANTS[zlib.crc32(p.name.encode()) % len(TENANTS)]
@@ -168,8 +173,86 @@ def run(trace: Path, hours: float | None = None, report: Path | None = None) -> 
         RightsizingTracker(RightsizingPolicy()),
         directory,
     )
-    nodes = sorted({p.node for p in pods})
-    ledger.set_nodes({n: NodeInfo("A100-80GB", {}, {}) for n in nodes})
+    ledger.set_nodes({n: NodeInfo("A100-80GB", {}, {}) for n in sorted({p.node for p in pods})})
+    return directory, ledger
+
+
+def round_input(
+    by_node: dict[str, list[Pod]], gpus_of: dict[str, list[str]], t: float, at: datetime
+) -> list[tuple[list[DeviceGrant], list[Reading]]]:
+    """What each node's kubelet and NVML would say at trace time `t` (not timed: the sources' work)."""
+    out = []
+    for node, node_pods in by_node.items():
+        alive = [p for p in node_pods if p.series.start <= t < p.series.end]
+        grants = [DeviceGrant("inference", p.name, "server", "nvidia.com/gpu", p.device_id) for p in alive]
+        readings = []
+        for uuid in gpus_of[node]:
+            on = [p for p in alive if p.gpu_uuid == uuid]
+            contributions = [p.series.at(t) * p.milli / 1000 for p in on]
+            processes = tuple(
+                GpuProcess(
+                    1000 + i,
+                    int(GPU_MEMORY_MIB * p.milli / 1000 * (0.2 + 0.6 * c / 100)),
+                    f"inference/{p.name}",
+                )
+                for i, (p, c) in enumerate(zip(on, contributions, strict=True))
+            )
+            readings.append(
+                Reading(
+                    node,
+                    0,
+                    uuid,
+                    at,
+                    min(100.0, sum(contributions)),
+                    sum(pr.memory_mib for pr in processes),
+                    0.0,
+                    40.0,
+                    "A100-80GB",
+                    GPU_MEMORY_MIB,
+                    processes=processes,
+                )
+            )
+        out.append((grants, readings))
+    return out
+
+
+def stored(rows: list[UsageRow]) -> dict[Any, tuple[float, float, float, float, int]]:
+    return {r.key: (r.allocated_gpu_s, r.used_gpu_s, r.idle_gpu_s, r.cost, r.samples) for r in rows}
+
+
+def per_1000_gpus(samples: int, cpu_s: float) -> float:
+    """Percent of one core for 1,000 GPUs read every INTERVAL_S, at `samples` per `cpu_s`."""
+    return 100 * (1000 / INTERVAL_S) * cpu_s / samples if samples else float("inf")
+
+
+def run(
+    trace: Path, hours: float | None = None, report: Path | None = None, database_url: str | None = None
+) -> dict[str, Any]:
+    """Replay the trace through the service's ingest path on a new telemetry database on the
+    PostgreSQL server `database_url` (an embedded one when None)."""
+
+    async def go() -> dict[str, Any]:
+        async with telemetry_database(database_url) as url:
+            store = UsageStore(url)
+            try:
+                return await replay(store, trace, hours, report)
+            finally:
+                await store.close()
+
+    return asyncio.run(go())
+
+
+async def replay(store: UsageStore, trace: Path, hours: float | None, report: Path | None) -> dict[str, Any]:
+    series = load_trace(trace)
+    pods = place(series)
+    start = min(p.series.start for p in pods)
+    end = max(p.series.end for p in pods)
+    if hours is not None:
+        end = min(end, start + hours * HOUR_S)
+    t0 = datetime.fromtimestamp(0, UTC) + timedelta(days=20000)  # the trace's times are anonymised offsets
+
+    directory, ledger = build(pods)
+    await store.store_directory(directory, t0)
     by_node: dict[str, list[Pod]] = defaultdict(list)
     for p in pods:
         by_node[p.node].append(p)
@@ -178,81 +261,72 @@ def run(trace: Path, hours: float | None = None, report: Path | None = None) -> 
     # the expected integrals, from the trace alone
     trace_used_s = sum(p.series.integral(start, end) / 100 * p.milli / 1000 for p in pods)
 
-    samples = 0
-    rounds = 0
-    cpu = 0.0
-    recommended: list[tuple[Pod, Any]] = []
-    replay: list[tuple[Reading, list[Any]]] = []
+    backend = ServerCpu(await store.server_pid())
+    samples = rounds = 0
+    domain_cpu = flush_cpu = 0.0
+    recommended: list[tuple[Pod, Recommendation]] = []
+    replayed: list[tuple[Reading, list[Any]]] = []
     replay_from = end - HOUR_S
+    last_flush = t0
+
+    def keep(found: list[Recommendation]) -> None:
+        for rec in found:
+            if rec.kind is FindingKind.FITS_SMALLER_SHARE:
+                recommended.append((next(p for p in pods if p.name == rec.pod), rec))
+
+    server_before = backend.seconds()
     t = start
     while t < end:
         at = t0 + timedelta(seconds=t - start)
-        # what the node's kubelet and NVML would say now (not timed: the sources' work)
-        round_input = []
-        for node, node_pods in by_node.items():
-            alive = [p for p in node_pods if p.series.start <= t < p.series.end]
-            grants = [
-                DeviceGrant("inference", p.name, "server", "nvidia.com/gpu", p.device_id) for p in alive
-            ]
-            readings = []
-            for uuid in gpus_of[node]:
-                on = [p for p in alive if p.gpu_uuid == uuid]
-                contributions = [p.series.at(t) * p.milli / 1000 for p in on]
-                processes = tuple(
-                    GpuProcess(
-                        1000 + i,
-                        int(GPU_MEMORY_MIB * p.milli / 1000 * (0.2 + 0.6 * c / 100)),
-                        f"inference/{p.name}",
-                    )
-                    for i, (p, c) in enumerate(zip(on, contributions, strict=True))
-                )
-                readings.append(
-                    Reading(
-                        node,
-                        0,
-                        uuid,
-                        at,
-                        min(100.0, sum(contributions)),
-                        sum(pr.memory_mib for pr in processes),
-                        0.0,
-                        40.0,
-                        "A100-80GB",
-                        GPU_MEMORY_MIB,
-                        processes=processes,
-                    )
-                )
-            round_input.append((grants, readings))
+        nodes = round_input(by_node, gpus_of, t, at)
         began = time.process_time()
-        for grants, readings in round_input:
+        for grants, readings in nodes:
             holders, _ = holders_from_grants(grants, None, directory.placed_milli)
             for r in readings:
                 shares = split_reading(
                     r.utilization_pct, r.memory_used_mib, holders.get(r.gpu_uuid, []), r.processes, r.model
                 )
-                ledger.count(r, shares, None)
+                ledger.count(r, shares, at)
                 samples += 1
                 if t >= replay_from:
-                    replay.append((r, shares))
-        found = ledger.take_recommendations()
-        cpu += time.process_time() - began
-        for rec in found:
-            if rec.kind is FindingKind.FITS_SMALLER_SHARE:
-                pod = next(p for p in pods if p.name == rec.pod)
-                recommended.append((pod, rec))
+                    replayed.append((r, shares))
+        domain_cpu += time.process_time() - began
+        if rounds == 0:
+            last_flush = at  # the sampler's clock starts with its first round
+        if (at - last_flush).total_seconds() >= FLUSH_S:  # the sampler's cadence (`_account`)
+            began = time.process_time()
+            keep(await store.flush(ledger, at))
+            flush_cpu += time.process_time() - began
+            last_flush = at
         rounds += 1
         t += INTERVAL_S
+    end_at = t0 + timedelta(seconds=t - start)
+    began = time.process_time()
+    keep(await store.flush(ledger, end_at))  # the sampler's last flush, when it stops
+    flush_cpu += time.process_time() - began
+    server_after = backend.seconds()
+    flush_stats = dict(vars(store.stats))
 
-    rows = list(ledger.accountant.rows.values())
-    before = {r.key: (r.allocated_gpu_s, r.used_gpu_s, r.idle_gpu_s, r.cost) for r in rows}
-    for r, shares in replay:  # the last hour again: every reading is a duplicate
-        ledger.count(r, shares, None)
-    after = {
-        r.key: (r.allocated_gpu_s, r.used_gpu_s, r.idle_gpu_s, r.cost)
-        for r in ledger.accountant.rows.values()
-    }
+    since = t0 - timedelta(days=1)
+    rows = await store.rows(since)
+    before = stored(rows)
+    counts = await store.counts()
+
+    # the last hour again: once into the same ledger, once into a restarted one restored from the rows
+    for r, shares in replayed:
+        ledger.count(r, shares, r.at)
+    await store.flush(ledger, end_at)
+    same_ledger_unchanged = stored(await store.rows(since)) == before
+    _, restarted = build(pods)
+    async with store.uow() as uow:
+        restored = await restore_usage(uow, restarted, end_at, None)
+    for r, shares in replayed:
+        restarted.count(r, shares, r.at)
+    await store.flush(restarted, end_at)
+    restart_unchanged = stored(await store.rows(since)) == before
 
     if report is not None:
-        write_report(rows, t0, t0 + timedelta(seconds=end - start), report)
+        write_report(rows, t0, end_at, report)
     accounted_used_s = sum(r.used_gpu_s for r in rows)
     allocated_s = sum(r.allocated_gpu_s for r in rows)
     trace_allocated_s = sum(max(0.0, min(p.series.end, end) - p.series.start) * p.milli / 1000 for p in pods)
@@ -261,7 +335,10 @@ def run(trace: Path, hours: float | None = None, report: Path | None = None) -> 
     for pod, rec in recommended:
         remaining_s = max(0.0, pod.series.end - (start + (rec.window_end - t0).total_seconds()))
         saving_h += rec.saving_milli / 1000 * remaining_s / HOUR_S
+    cpu = domain_cpu + flush_cpu
     samples_per_s = samples / cpu if cpu > 0 else float("inf")
+    cpu_pct = per_1000_gpus(samples, cpu)
+    server_cpu = None if server_before is None or server_after is None else server_after - server_before
     error_pct = 100 * (accounted_used_s - trace_used_s) / trace_used_s
     return {
         "trace": str(data.GENAI_DUTY_CYCLE) if trace == data.trace(data.GENAI_DUTY_CYCLE) else str(trace),
@@ -270,6 +347,7 @@ def run(trace: Path, hours: float | None = None, report: Path | None = None) -> 
         "shared_gpus": sum(1 for p in pods if p.milli < 1000) // 2,
         "trace_hours": round((end - start) / HOUR_S, 2),
         "interval_s": INTERVAL_S,
+        "flush_interval_s": FLUSH_S,
         "rounds": rounds,
         "samples": samples,
         "accounted_gpu_hours": round(accounted_used_s / HOUR_S, 3),
@@ -283,15 +361,31 @@ def run(trace: Path, hours: float | None = None, report: Path | None = None) -> 
         "idle_flagged_gpu_hours": round(idle_s / HOUR_S, 3),
         "rightsizing_recommendations": len(recommended),
         "rightsizing_saving_gpu_hours": round(saving_h, 3),
-        "replay_idempotent": before == after,
+        "flushes": flush_stats["flushes"],
+        "rows_written": flush_stats["rows_written"],
+        "findings_opened": flush_stats["findings_opened"],
+        "stored_rows": counts,
+        "replay_idempotent": same_ledger_unchanged and restart_unchanged,
         "replayed_duplicates": ledger.accountant.stats.duplicates,
+        "restart_restored_rows": restored,
+        "restart_replay_duplicates": restarted.accountant.stats.duplicates,
+        "restart_replay_late": restarted.accountant.stats.late,
         "samples_per_s": round(samples_per_s),
         "cpu_s": round(cpu, 3),
-        "cpu_pct_per_1000_gpus": round(100 * (1000 / INTERVAL_S) / samples_per_s, 3),
+        "cpu_pct_per_1000_gpus": round(cpu_pct, 3),
+        "domain_samples_per_s": round(samples / domain_cpu) if domain_cpu > 0 else None,
+        "domain_cpu_s": round(domain_cpu, 3),
+        "domain_cpu_pct_per_1000_gpus": round(per_1000_gpus(samples, domain_cpu), 3),
+        "flush_cpu_s": round(flush_cpu, 3),
+        "flush_share_of_cpu": round(flush_cpu / cpu, 3) if cpu > 0 else None,
+        "db_server_cpu_s": None if server_cpu is None else round(server_cpu, 3),
+        "db_server_cpu_pct_per_1000_gpus": None
+        if server_cpu is None
+        else round(per_1000_gpus(samples, server_cpu), 3),
         "goals": {
             "error_within_0_5_pct": abs(error_pct) <= 0.5,
             "samples_per_s_at_least_50000": samples_per_s >= 50_000,
-            "cpu_under_5_pct_per_1000_gpus": 100 * (1000 / INTERVAL_S) / samples_per_s < 5,
+            "cpu_under_5_pct_per_1000_gpus": cpu_pct < 5,
         },
     }
 
@@ -348,9 +442,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report", type=Path, default=None, help="write the table by tenant and its PNG into this directory"
     )
+    parser.add_argument(
+        "--database-url", default=None, help="an existing PostgreSQL server (default: an embedded one)"
+    )
     args = parser.parse_args(argv)
     trace = args.trace or data.trace(data.GENAI_DUTY_CYCLE)
-    result = run(trace, args.hours, args.report)
+    result = run(trace, args.hours, args.report, args.database_url)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

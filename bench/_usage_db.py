@@ -1,0 +1,164 @@
+"""B7's PostgreSQL side: a migrated telemetry database, the service's usage flush on it, the rows read
+back, and the CPU the database server spends (from /proc, when the server runs on this machine).
+
+`flush` does what the sampler's `_flush_usage` (entrypoints/publishers.py) does every
+`usage.flush_interval_s`: the accountant's changed rows and the new rightsizing recommendations go
+through the service layer's `record_usage` and `record_recommendations` in one telemetry unit of work
+(hourly rows replaced, the touched days rebuilt, findings opened and published through the outbox),
+then the hours that ended are closed in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tessera.core.db.engine import make_engine, make_session_factory
+from tessera.telemetry.adapters import orm
+from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
+from tessera.telemetry.domain.rightsizing import Recommendation
+from tessera.telemetry.domain.usage import UsageRow
+from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
+from tessera.telemetry.service_layer.usage import UsageLedger, record_recommendations, record_usage
+
+
+@asynccontextmanager
+async def telemetry_database(server_url: str | None) -> AsyncIterator[str]:
+    """A new, migrated telemetry database on `server_url`, or on an embedded (or testcontainers)
+    PostgreSQL started for the run when None (as bench.admission does); dropped afterwards."""
+    from tessera.core.db.migrations import migrate
+    from tessera.testing.infra import create_database, drop_database, resolve_postgres, with_database
+
+    handle = None
+    if not server_url:
+        handle = resolve_postgres()
+        handle.start()
+        server_url = handle.url
+    name = create_database(server_url)
+    try:
+        url = with_database(server_url, name)
+        await asyncio.to_thread(migrate, "telemetry", url)
+        yield url
+    finally:
+        try:
+            drop_database(server_url, name)
+        finally:
+            if handle is not None:
+                handle.close()
+
+
+@dataclass
+class FlushStats:
+    flushes: int = 0
+    rows_written: int = 0
+    findings_opened: int = 0
+
+
+class UsageStore:
+    """The service's unit of work on one engine, as `ServiceContext.uow` builds it."""
+
+    def __init__(self, url: str) -> None:
+        self.engine: AsyncEngine = make_engine(url, pool_size=2, application_name="tessera-telemetry")
+        self.sessions = make_session_factory(self.engine)
+        self.stats = FlushStats()
+
+    def uow(self) -> TelemetryUnitOfWork:
+        return TelemetryUnitOfWork(self.sessions, orm.outbox, orm.inbox, "tessera/telemetry")
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def store_directory(self, directory: JobDirectory, at: datetime) -> None:
+        """The jobs and placements, as the `job_accepted` and `gang_placed` handlers store them."""
+        async with self.uow() as uow:
+            for job in directory.jobs.values():
+                await uow.directory.upsert_job(job.job_id, job.job_id, job.tenant, job.queue, at)
+            await uow.directory.place(
+                [PlacedPod(p.pod, p.job_id, p.node, dict(p.gpus)) for p in directory.pods.values()], at
+            )
+            await uow.commit()
+
+    async def flush(self, ledger: UsageLedger, now: datetime) -> list[Recommendation]:
+        """The sampler's `_flush_usage`; returns the recommendations it took (to score them)."""
+        rows = ledger.accountant.dirty()
+        recommendations = ledger.take_recommendations()
+        if rows or recommendations:
+            async with self.uow() as uow:
+                await record_usage(uow, rows)
+                opened = await record_recommendations(uow, recommendations, ledger.directory)
+                await uow.commit()
+            self.stats.flushes += 1
+            self.stats.rows_written += len(rows)
+            self.stats.findings_opened += len(opened)
+        ledger.accountant.close(now)
+        return recommendations
+
+    async def rows(self, since: datetime) -> list[UsageRow]:
+        async with self.uow() as uow:
+            return await uow.usage.rows_since(since)
+
+    async def counts(self) -> dict[str, int]:
+        """Rows stored per table."""
+        out = {}
+        async with self.engine.connect() as conn:
+            for table in (orm.usage_hourly, orm.usage_daily, orm.rightsizing_findings, orm.outbox):
+                out[table.name] = int(
+                    (await conn.execute(select(func.count()).select_from(table))).scalar_one()
+                )
+        return out
+
+    async def server_pid(self) -> int:
+        async with self.engine.connect() as conn:
+            return int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2 :].split()  # fields from the state on (the name may hold spaces)
+
+
+def _is_postgres(pid: int) -> bool:
+    try:
+        return b"postgres" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+class ServerCpu:
+    """CPU seconds of a local PostgreSQL server: the postmaster's, its exited children's (reaped into
+    its cutime/cstime) and every live child's (backends, WAL writer, checkpointer...). None when the
+    server is not a process of this machine (a remote URL, a container in its own pid namespace)."""
+
+    def __init__(self, backend_pid: int) -> None:
+        fields = _stat(backend_pid) if _is_postgres(backend_pid) else None
+        parent = int(fields[1]) if fields else 0
+        self.postmaster = parent if parent and _is_postgres(parent) else None
+
+    def seconds(self) -> float | None:
+        if self.postmaster is None:
+            return None
+        own = _stat(self.postmaster)
+        if own is None:
+            return None
+        ticks = sum(int(v) for v in own[11:15])  # utime stime cutime cstime
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            fields = _stat(int(entry.name))
+            if fields is not None and int(fields[1]) == self.postmaster:
+                ticks += int(fields[11]) + int(fields[12])
+        return ticks / _TICK

@@ -57,6 +57,9 @@ MIG_STRATEGY_LABEL: Final = "nvidia.com/mig.strategy"
 MIG_CONFIG_LABEL: Final = "nvidia.com/mig.config"
 MIG_CONFIG_STATE_LABEL: Final = "nvidia.com/mig.config.state"
 DEVICE_PLUGIN_CONFIG_LABEL: Final = "nvidia.com/device-plugin.config"
+#: the device-plugin configs slicing writes are named so; the scheduler places shares on a node whose
+#: time-slicing replicas slicing chose by those replicas, not by milli (ADR 0021)
+SLICING_DEVICE_PLUGIN_CONFIG_PREFIX: Final = "tessera-dp-"
 
 
 def mig_resource_name(profile: str) -> str:

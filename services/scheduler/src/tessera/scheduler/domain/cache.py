@@ -142,10 +142,10 @@ class SchedulerCache:
         for index, milli in allocation.gpu_milli:
             if not 0 <= index < node.gpu_count:
                 raise CacheConflict(f"pod {allocation.pod}: node {node.name} has no GPU index {index}")
-            if node.gpus[index].milli_used + milli > MILLI_PER_GPU:
-                raise CacheConflict(
-                    f"pod {allocation.pod}: GPU {node.name}/{index} would pass {MILLI_PER_GPU} milli"
-                )
+            gpu = node.gpus[index]
+            if not gpu.fits(milli):
+                limit = f"its {gpu.replicas} replicas" if gpu.time_sliced else f"{MILLI_PER_GPU} milli"
+                raise CacheConflict(f"pod {allocation.pod}: GPU {node.name}/{index} would pass {limit}")
         for profile, count in allocation.mig:
             if node.mig_free(profile) < count:
                 raise CacheConflict(

@@ -112,18 +112,50 @@ class Topology:
 
 @dataclass(frozen=True, slots=True)
 class GpuInfo:
+    """One GPU. ``replicas`` > 1 places shares by the device plugin's time-slicing replicas (ADR 0021):
+    a share takes one replica whatever its milli, a whole-GPU pod takes them all; with 1, shares are
+    counted by milli within 1000. ``replicas_used`` counts the replicas held."""
+
     index: int
     model: str
     milli_used: int = 0
     healthy: bool = True
+    replicas: int = 1
+    replicas_used: int = 0
+
+    @property
+    def time_sliced(self) -> bool:
+        return self.replicas > 1
 
     @property
     def idle_milli(self) -> int:
+        """Milli left; on a time-sliced GPU, its free replicas as a part of the GPU."""
+        if self.replicas > 1:
+            return max(0, self.replicas - self.replicas_used) * MILLI_PER_GPU // self.replicas
         return MILLI_PER_GPU - self.milli_used
 
     @property
     def fully_idle(self) -> bool:
-        return self.milli_used == 0
+        return self.milli_used == 0 and self.replicas_used == 0
+
+    def replicas_taken(self, milli: int) -> int:
+        """Replicas a pod holding ``milli`` of this GPU takes: all for a whole GPU, else one."""
+        return self.replicas if milli >= MILLI_PER_GPU else 1
+
+    def fits(self, milli: int) -> bool:
+        """Whether a pod holding ``milli`` of this GPU fits beside what is on it."""
+        if self.replicas > 1:
+            if milli >= MILLI_PER_GPU:
+                return self.fully_idle  # a whole GPU never joins pods on a time-sliced GPU
+            return self.replicas_used < self.replicas
+        return self.milli_used + milli <= MILLI_PER_GPU
+
+    def idle_after(self, milli: int) -> int:
+        """:attr:`idle_milli` once a pod holding ``milli`` of this GPU is on it."""
+        if self.replicas > 1:
+            left = self.replicas - self.replicas_used - self.replicas_taken(milli)
+            return max(0, left) * MILLI_PER_GPU // self.replicas
+        return self.idle_milli - milli
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +205,8 @@ class NodeInfo:
     idle_gpus_any_health: int = field(init=False, repr=False, compare=False)
     free_healthy_milli: int = field(init=False, repr=False, compare=False)
     max_idle_healthy_milli: int = field(init=False, repr=False, compare=False)
+    free_replica: bool = field(init=False, repr=False, compare=False)
+    """A healthy time-sliced GPU has a replica free (it takes a share of any milli)."""
     has_unhealthy: bool = field(init=False, repr=False, compare=False)
     models: frozenset[str] = field(init=False, repr=False, compare=False)
 
@@ -186,13 +220,16 @@ class NodeInfo:
                 raise ValueError(
                     f"node {self.name}.gpus[{position}]: index must be {position}, got {gpu.index}"
                 )
-        healthy_idle = [MILLI_PER_GPU - gpu.milli_used for gpu in self.gpus if gpu.healthy]
+        healthy_idle = [gpu.idle_milli for gpu in self.gpus if gpu.healthy]
         derived = {
             "gpu_milli_used": sum(gpu.milli_used for gpu in self.gpus),
-            "free_whole_gpus": sum(1 for idle in healthy_idle if idle == MILLI_PER_GPU),
-            "idle_gpus_any_health": sum(1 for gpu in self.gpus if gpu.milli_used == 0),
+            "free_whole_gpus": sum(1 for gpu in self.gpus if gpu.healthy and gpu.fully_idle),
+            "idle_gpus_any_health": sum(1 for gpu in self.gpus if gpu.fully_idle),
             "free_healthy_milli": sum(healthy_idle),
             "max_idle_healthy_milli": max(healthy_idle, default=0),
+            "free_replica": any(
+                gpu.healthy and gpu.replicas > 1 and gpu.replicas_used < gpu.replicas for gpu in self.gpus
+            ),
             "has_unhealthy": len(healthy_idle) < len(self.gpus),
             "models": frozenset(gpu.model for gpu in self.gpus),
         }
@@ -222,7 +259,11 @@ class NodeInfo:
         gpus = list(self.gpus)
         for index, milli in allocation.gpu_milli:
             gpu = gpus[index]
-            gpus[index] = replace(gpu, milli_used=gpu.milli_used + sign * milli)
+            gpus[index] = replace(
+                gpu,
+                milli_used=gpu.milli_used + sign * milli,
+                replicas_used=gpu.replicas_used + sign * gpu.replicas_taken(milli),
+            )
         mig_used = dict(self.mig_used)
         for profile, count in allocation.mig:
             mig_used[profile] = mig_used.get(profile, 0) + sign * count

@@ -15,7 +15,11 @@ import yaml
 
 from tessera.cluster.catalogue import CATALOGUE
 from tessera.cluster.conventions import DEVICE_PLUGIN_CONFIG_LABEL, GPU_SHARING_STRATEGY_LABEL
-from tessera.cluster.conventions.names import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from tessera.cluster.conventions.names import (
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    SLICING_DEVICE_PLUGIN_CONFIG_PREFIX,
+)
 from tessera.cluster.domain.gpu import MigMode
 from tessera.cluster.domain.node import Node
 from tessera.cluster.domain.requirements import GpuRequestKind, Pod
@@ -160,7 +164,7 @@ def node_changes(
             body = yaml.safe_dump(device_plugin_config(after), sort_keys=False)
             mps = any(layout.mode is SharingMode.MPS for layout in after.values())
             kind = ChangeKind.MPS if mps else ChangeKind.TIME_SLICING
-            config = "tessera-dp-" + hashlib.sha256(body.encode()).hexdigest()[:12]
+            config = SLICING_DEVICE_PLUGIN_CONFIG_PREFIX + hashlib.sha256(body.encode()).hexdigest()[:12]
             previous = node.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
         uuids = {gpu.index: gpu.uuid for gpu in node.gpus}
         result.append(

@@ -6,11 +6,18 @@ The cluster model is what the watches report; :class:`NodeInfo`, :class:`PodSpec
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
+from tessera.cluster.conventions.names import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    GPU_REPLICAS_LABEL,
+    GPU_SHARING_STRATEGY_LABEL,
+    SLICING_DEVICE_PLUGIN_CONFIG_PREFIX,
+)
 from tessera.cluster.domain import GpuRequestKind, Node, Pod, PodGroup
 from tessera.cluster.domain import Link as ClusterLink
+from tessera.cluster.domain.gpu import MigMode
 from tessera.cluster.domain.node import TaintEffect
 from tessera.scheduler.domain.framework.pod import MIG_RESOURCE_PREFIX, InvalidSpec, PodSpec
 from tessera.scheduler.domain.gang.spec import GangSpec
@@ -23,6 +30,27 @@ _LINKS: dict[ClusterLink, Link] = {
     ClusterLink.PCIE_HOST: Link.PCIE_HOST,
     ClusterLink.CROSS_NUMA: Link.CROSS_NUMA,
 }
+
+
+def placement_replicas(labels: Mapping[str, str]) -> int:
+    """Replicas the scheduler places shares of a GPU by: the device plugin's time-slicing replicas
+    where slicing chose them (its config on the node), so a GPU of N replicas takes N shares whatever
+    their milli, as the device plugin does; 1 elsewhere (shares counted by milli within 1000, also
+    under MPS or a time-slicing config set by hand). See ADR 0021."""
+    if labels.get(GPU_SHARING_STRATEGY_LABEL) != "time-slicing":
+        return 1
+    if not labels.get(DEVICE_PLUGIN_CONFIG_LABEL, "").startswith(SLICING_DEVICE_PLUGIN_CONFIG_PREFIX):
+        return 1
+    text = labels.get(GPU_REPLICAS_LABEL, "1")
+    try:
+        replicas = int(text)
+    except ValueError:
+        raise InvalidSpec(
+            f"node.labels[{GPU_REPLICAS_LABEL}]", f"expected an integer, got {text!r}"
+        ) from None
+    if replicas < 1:
+        raise InvalidSpec(f"node.labels[{GPU_REPLICAS_LABEL}]", f"must be >= 1, got {replicas}")
+    return replicas
 
 
 def node_info(node: Node) -> NodeInfo:
@@ -41,9 +69,18 @@ def node_info(node: Node) -> NodeInfo:
         for resource, count in node.extended_allocatable.items()
         if resource.startswith(MIG_RESOURCE_PREFIX) and count > 0
     }
+    replicas = placement_replicas(node.labels)
     return NodeInfo(
         name=node.name,
-        gpus=tuple(GpuInfo(gpu.index, gpu.model, healthy=gpu.healthy) for gpu in gpus),
+        gpus=tuple(
+            GpuInfo(
+                gpu.index,
+                gpu.model,
+                healthy=gpu.healthy,
+                replicas=1 if gpu.mig_mode is MigMode.ENABLED else replicas,
+            )
+            for gpu in gpus
+        ),
         topology=topology,
         cpu_milli=node.allocatable_cpu_milli,
         memory_mib=node.allocatable_memory_mib,

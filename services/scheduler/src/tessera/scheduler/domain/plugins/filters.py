@@ -153,7 +153,7 @@ class GpuFit:
     def _may_fit(self, pod: PodSpec, node: NodeInfo) -> bool:
         """A cheap bound from the node's counters; only a node that passes it is searched."""
         if pod.fractional:
-            return node.max_idle_healthy_milli >= pod.gpu_milli
+            return node.free_replica or node.max_idle_healthy_milli >= pod.gpu_milli
         return node.free_whole_gpus >= pod.gpu_count
 
     def _rejection(self, pod: PodSpec, node: NodeInfo) -> Status:
@@ -186,5 +186,5 @@ def mps_client_milli(node: NodeInfo) -> int | None:
 def _fits_ignoring_health(pod: PodSpec, node: NodeInfo) -> bool:
     usable = [gpu for gpu in node.gpus if not pod.gpu_models or gpu.model in pod.gpu_models]
     if pod.fractional:
-        return any(gpu.idle_milli >= pod.gpu_milli for gpu in usable)
+        return any(gpu.fits(pod.gpu_milli) for gpu in usable)
     return sum(1 for gpu in usable if gpu.fully_idle) >= pod.gpu_count

@@ -101,7 +101,7 @@ class FragmentationScore:
             before = tuple(gpu.idle_milli if gpu.healthy else 0 for gpu in node.gpus)
             after = list(before)
             for index, milli in choice:
-                after[index] -= milli
+                after[index] = node.gpus[index].idle_after(milli)
             cpu_left = node.cpu_milli - node.cpu_used
             pairs[node.name] = ((model, cpu_left, before), (model, cpu_left - pod.cpu_milli, tuple(after)))
         states = {node_state for pair in pairs.values() for node_state in pair}

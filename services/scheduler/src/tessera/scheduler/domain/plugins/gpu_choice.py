@@ -4,7 +4,7 @@ Whole GPUs: sets of k free GPUs are ranked by their worst link, then total link 
 before PCIe before the host bridge before crossing NUMA), then by the GPU policy: binpack takes the
 set with the fewest free NVLink neighbours left outside it (it fills fragments and keeps whole
 islands free), spread the set with the most. A share: binpack takes the fullest GPU that still fits,
-spread the emptiest.
+spread the emptiest (on a time-sliced GPU it fits a free replica, and fullness counts replicas).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def choose_gpus(pod: PodSpec, node: NodeInfo, policy: Policy, exhaustive_limit: 
         gpu for gpu in node.gpus if gpu.healthy and (not pod.gpu_models or gpu.model in pod.gpu_models)
     ]
     if pod.fractional:
-        fits = [gpu for gpu in allowed if gpu.idle_milli >= pod.gpu_milli]
+        fits = [gpu for gpu in allowed if gpu.fits(pod.gpu_milli)]
         if not fits:
             return None
         if policy is Policy.BINPACK:

@@ -19,15 +19,21 @@ reported as `tessera_single_model`.
 Autoscaling: the capacity per replica makes the peak need 20 replicas, the minimum is 1. With a lag L
 (the demand seen one step late, then a pod start of L-1 steps), the replicas serving step t are decided
 from what was known at t-L:
-  reactive   the demand at t-L plus a headroom of h replicas;
+  reactive   the demand at t-L plus a margin learnt online as tessera's is (the reference's "q90
+             margin" baseline): the q-quantile of the last 240 shortfalls of the demand L steps after
+             an origin against the demand at it, each learnt once known (the warm-up's too: it needs
+             no fit);
   hpa        reactive, with a 5-step scale-down window (the largest recommendation of the last 5 steps);
+  reactive_headroom, hpa_headroom
+             the same with a constant headroom of h replicas instead (the bench's baselines before;
+             `--baselines` picks either or both);
   tessera    the largest forecast over the next L steps from t-L, plus the margin learned online: the
              q-quantile of the last 240 shortfalls of that value against the load at the window's end
              (when replicas decided at the origin are up), each judged once known.
 under_pct is the share of steps with fewer replicas than ceil(demand / capacity); over_replicas the mean
 of the replicas above it. cost_at_X searches each policy's one margin parameter (h, h, q) so that X% of
 steps are under-provisioned and reports over_replicas there (null when no value reaches it). The
-defaults are h = 0 and q = 0.9.
+defaults are h = 0 and q = 0.9 (under_pct and over_replicas are reported there).
 """
 
 from __future__ import annotations
@@ -177,6 +183,7 @@ class Simulation:
         actual = np.full(T, np.nan)
         actual[: T - lag] = y[lag:]
         self.errors = actual - base
+        self.reactive_errors = actual - y
 
     def evaluate(self, replicas: np.ndarray) -> dict[str, float]:
         r, n = replicas[self.warmup :], self.need[self.warmup :]
@@ -195,23 +202,53 @@ class Simulation:
         return self._replicas(self.y + headroom * self.capacity)
 
     def hpa(self, headroom: float) -> np.ndarray:
-        raw = np.maximum(1, np.ceil((self.y + headroom * self.capacity) / self.capacity - 1e-9))
-        held = np.array([raw[max(0, i - HPA_WINDOW + 1) : i + 1].max() for i in range(len(raw))])
-        return self._replicas(held * self.capacity)
+        return self._replicas(self._held(self.y + headroom * self.capacity))
 
     def tessera(self, q: float, window: int = 240) -> np.ndarray:
         """The service's margin learner, online: an origin's error is learnt L steps after it."""
+        return self._replicas(self._learnt(self.base, self.errors, q, window, self.warmup - 1, self.seeds))
+
+    def _learnt(
+        self,
+        base: np.ndarray,
+        errors: np.ndarray,
+        q: float,
+        window: int,
+        first_judged: int,
+        seeds: dict[int, tuple[float, ...]] | None = None,
+    ) -> np.ndarray:
+        """`base` plus the q-quantile of the last `window` errors known at each origin (an origin's error
+        is known L steps after it; errors of origins before `first_judged` are not learnt)."""
         T, L = len(self.y), self.lag
         learner = MarginLearner(q=q, window=window)
-        served = np.array(self.base, dtype=float)
+        served = np.array(base, dtype=float)
+        for o in range(first_judged + L, self.warmup - 1):  # errors known before the first decision
+            if not math.isnan(errors[o - L]):
+                learner.errors.append(float(errors[o - L]))
         for o in range(self.warmup - 1, T):
             judged = o - L
-            if judged >= self.warmup - 1 and not math.isnan(self.errors[judged]):
-                learner.errors.append(float(self.errors[judged]))
-            if o in self.seeds:  # the engine calibrated its margin here, as the service does
-                learner.seed(self.seeds[o])
-            served[o] = self.base[o] + (learner.margin() or 0.0)
-        return self._replicas(served)
+            if judged >= first_judged and not math.isnan(errors[judged]):
+                learner.errors.append(float(errors[judged]))
+            if seeds and o in seeds:  # the engine calibrated its margin here, as the service does
+                learner.seed(seeds[o])
+            served[o] = base[o] + (learner.margin() or 0.0)
+        return served
+
+    def reactive_learnt(self, q: float, window: int = 240) -> np.ndarray:
+        """Reactive with the protocol's learnt margin: the demand at t-L plus the q-quantile of the last
+        `window` shortfalls of the demand L steps later against it (the reference's "q90 margin"
+        baseline). The reactive needs no fit, so its errors over the warm-up are known and learnt."""
+        return self._replicas(self._learnt(self.y, self.reactive_errors, q, window, 0))
+
+    def hpa_learnt(self, q: float, window: int = 240) -> np.ndarray:
+        """reactive_learnt with the 5-step scale-down window."""
+        served = self._learnt(self.y, self.reactive_errors, q, window, 0)
+        return self._replicas(self._held(served))
+
+    def _held(self, served: np.ndarray) -> np.ndarray:
+        raw = np.maximum(1, np.ceil(served / self.capacity - 1e-9))
+        held = np.array([raw[max(0, i - HPA_WINDOW + 1) : i + 1].max() for i in range(len(raw))])
+        return held * self.capacity
 
     def cost_at(
         self, policy: Callable[[float], np.ndarray], pct: float, lo: float, hi: float
@@ -314,6 +351,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--step", type=float, default=60.0, help="seconds per step (default 60)")
     parser.add_argument("--warmup", type=int, default=None, help="steps of warm-up (default: 2 hours)")
     parser.add_argument("--q", type=float, default=0.9, help="tessera's default margin quantile")
+    parser.add_argument(
+        "--baselines",
+        choices=("learnt", "headroom", "both"),
+        default="both",
+        help="the reactive and HPA baselines' margin: learnt online like tessera's (q-quantile of the "
+        "last 240 shortfalls, the reference's 'q90 margin'; rows reactive, hpa), a constant headroom of h "
+        "replicas (the bench before; rows reactive_headroom, hpa_headroom), or both (default)",
+    )
     parser.add_argument("--refit-repeats", type=int, default=5)
     parser.add_argument(
         "--no-before",
@@ -352,11 +397,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for lag in LAGS:
         sim = Simulation(y, warmup, lag, forecasts, seeds)
         sims[lag] = sim
-        result[f"L{lag}"] = {
-            "reactive": policy_figures(sim, sim.reactive, 0.0, 20.0),
-            "hpa": policy_figures(sim, sim.hpa, 0.0, 20.0),
-            "tessera": policy_figures(sim, sim.tessera, args.q, 1.0),
-        }
+        figures: dict[str, Any] = {}
+        if args.baselines in ("learnt", "both"):
+            figures["reactive"] = policy_figures(sim, sim.reactive_learnt, args.q, 1.0)
+            figures["hpa"] = policy_figures(sim, sim.hpa_learnt, args.q, 1.0)
+        if args.baselines in ("headroom", "both"):
+            figures["reactive_headroom"] = policy_figures(sim, sim.reactive, 0.0, 20.0)
+            figures["hpa_headroom"] = policy_figures(sim, sim.hpa, 0.0, 20.0)
+        figures["tessera"] = policy_figures(sim, sim.tessera, args.q, 1.0)
+        result[f"L{lag}"] = figures
         if before_forecasts is not None:
             earlier = Simulation(y, warmup, lag, before_forecasts)
             result[f"L{lag}"]["tessera_combination"] = policy_figures(earlier, earlier.tessera, args.q, 1.0)

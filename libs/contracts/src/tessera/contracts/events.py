@@ -236,8 +236,14 @@ class PodGpuShare(BaseModel):
         Field(ge=0, le=100, description="the GPU's utilisation attributed to the pod (percent of a GPU)"),
     ]
     allocated_milli: Annotated[int, Field(ge=0, le=1000, description="thousandths of the GPU the pod holds")]
-    split: Literal["memory", "requested"] = Field(
-        description="how a shared GPU's reading was split: by the pods' process memory, or by requested share"
+    split: Literal["sm", "memory", "requested"] = Field(
+        description="how a shared GPU's reading was split: by the pods' processes' SM utilisation, by "
+        "their process memory, or by requested share"
+    )
+    container: str | None = Field(
+        None,
+        description="the pod's container that held the GPU, when one container did and telemetry "
+        "knows which; absent when several did or it cannot tell",
     )
 
 

@@ -5,9 +5,13 @@ The kubelet's PodResources API says which container holds which device (`DeviceG
 device (`nvidia.com/mig-<profile>`, device id `MIG-…`, whose GPU the source names). A GPU held by
 one container is that container's alone. A GPU shared by several is split:
 
-* by **memory** when the source names the pod of every compute process on the GPU and each belongs
-  to a holder (NVML's `nvmlDeviceGetComputeRunningProcesses`, the devcluster's simulated processes):
-  each holder's share of the GPU's use is its processes' share of the GPU memory in use;
+* by **SM** share when the source names the pod of every compute process on the GPU, each belongs to
+  a holder, and the source sampled each process's SM utilisation (NVML's
+  `nvmlDeviceGetProcessUtilization`): each holder's share of the GPU's use is its processes' share
+  of the SM utilisation sampled;
+* else by **memory** on the same condition without SM samples (NVML's
+  `nvmlDeviceGetComputeRunningProcesses`, the devcluster's simulated processes): each holder's share
+  of the GPU's use is its processes' share of the GPU memory in use;
 * else by **requested** share: the milli-GPU the scheduler placed (`gang_placed`), else the MIG
   profile's compute slices, else equal replicas.
 
@@ -27,6 +31,7 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 REPLICA_SEPARATOR = "::"
 MILLI_PER_GPU = 1000
 
+SPLIT_SM = "sm"
 SPLIT_MEMORY = "memory"
 SPLIT_REQUESTED = "requested"
 
@@ -70,6 +75,10 @@ class GpuProcess:
     pid: int
     memory_mib: int
     pod: str | None = None  # namespace/name
+    #: the container the process runs in, when the source can tell
+    container: str | None = None
+    #: the process's SM utilisation over the source's last sampling (percent of the GPU); None: unknown
+    sm_pct: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,13 +202,21 @@ def split_reading(
             alone = h.milli / MILLI_PER_GPU if h.milli is not None else 1.0
         return [Share(h.namespace, h.pod, h.container, alone, used, memory, SPLIT_REQUESTED)]
     allocated = requested_fractions(holders, model)
-    by_memory = _memory_by_holder(holders, processes)
-    if by_memory is not None:
-        total = sum(by_memory)
-        return [
-            Share(h.namespace, h.pod, h.container, a, used * m / total, float(m), SPLIT_MEMORY)
-            for h, a, m in zip(holders, allocated, by_memory, strict=True)
-        ]
+    by_process = _by_holder(holders, processes)
+    if by_process is not None:
+        sm, mem = by_process
+        if sm is not None:
+            total_sm = sum(sm)
+            return [
+                Share(h.namespace, h.pod, h.container, a, used * u / total_sm, float(m), SPLIT_SM)
+                for h, a, u, m in zip(holders, allocated, sm, mem, strict=True)
+            ]
+        if sum(mem) > 0:
+            total = sum(mem)
+            return [
+                Share(h.namespace, h.pod, h.container, a, used * m / total, float(m), SPLIT_MEMORY)
+                for h, a, m in zip(holders, allocated, mem, strict=True)
+            ]
     weight = sum(allocated) or 1.0
     return [
         Share(h.namespace, h.pod, h.container, a, used * a / weight, memory * a / weight, SPLIT_REQUESTED)
@@ -207,22 +224,34 @@ def split_reading(
     ]
 
 
-def _memory_by_holder(holders: Sequence[Holder], processes: Sequence[GpuProcess] | None) -> list[int] | None:
-    """Each holder's process memory, when every process is known to belong to a holding pod (a pod
-    with several holding containers on the GPU cannot be split by memory: NVML names no container)."""
+def _by_holder(
+    holders: Sequence[Holder], processes: Sequence[GpuProcess] | None
+) -> tuple[list[float] | None, list[int]] | None:
+    """Each holder's processes' SM utilisation (None unless every process was sampled and some used
+    the SMs) and memory, when every process is known to belong to a holding pod. A pod holding the GPU
+    in several containers is split by its processes' containers when each process names one of them;
+    else such a GPU cannot be split by process."""
     if not processes:
         return None
-    index: dict[str, int] = {}
+    pods: dict[str, list[int]] = {}
     for i, h in enumerate(holders):
-        if h.pod_key in index:
-            return None
-        index[h.pod_key] = i
+        pods.setdefault(h.pod_key, []).append(i)
+    sm = [0.0] * len(holders)
     memory = [0] * len(holders)
+    sampled = True
     for p in processes:
-        found = index.get(p.pod) if p.pod is not None else None
+        found = pods.get(p.pod) if p.pod is not None else None
         if found is None:
             return None
-        memory[found] += max(0, p.memory_mib)
-    if sum(memory) <= 0:
-        return None
-    return memory
+        if len(found) > 1:
+            named = [i for i in found if holders[i].container and holders[i].container == p.container]
+            if len(named) != 1:
+                return None
+            found = named
+        (index,) = found
+        memory[index] += max(0, p.memory_mib)
+        if p.sm_pct is None:
+            sampled = False
+        else:
+            sm[index] += max(0.0, p.sm_pct)
+    return (sm if sampled and sum(sm) > 0 else None), memory

@@ -2,7 +2,7 @@
 
 Attribution already splits each reading among the containers that hold the GPU (`attribution`).
 Slicing packs pods onto time-sliced GPUs by that use, so each round every node's shares are summed
-per pod and GPU (a pod's containers together) and sent as one `pod_gpu_usage` batch: the message
+per pod and GPU (a pod's containers together; the container is named when one alone held it) and sent as one `pod_gpu_usage` batch: the message
 count grows with nodes, not with pods. Use no holder accounts for (`unknown`) and bare processes
 (`pid/<n>`, NVML without Kubernetes) are left out: slicing plans for pods only.
 """
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tessera.telemetry.domain.attributed import AttributedGpu
-from tessera.telemetry.domain.attribution import MILLI_PER_GPU, SPLIT_MEMORY, SPLIT_REQUESTED, UNKNOWN
+from tessera.telemetry.domain.attribution import MILLI_PER_GPU, SPLIT_REQUESTED, UNKNOWN
 
 
 @dataclass
@@ -27,6 +27,9 @@ class PodGpuUse:
     utilization_pct: float = 0.0
     allocated_milli: int = 0
     split: str = SPLIT_REQUESTED
+    #: the container that held the GPU when one alone did and the holder names it; else None
+    container: str | None = None
+    _containers: set[str] = field(default_factory=set, repr=False, compare=False)
 
 
 @dataclass
@@ -54,8 +57,10 @@ def node_batches(gpus: Iterable[AttributedGpu]) -> list[NodeBatch]:
             use.allocated_milli = min(
                 MILLI_PER_GPU, use.allocated_milli + round(MILLI_PER_GPU * max(0.0, share.allocated_gpus))
             )
-            if share.split == SPLIT_MEMORY:
-                use.split = SPLIT_MEMORY
+            use.split = share.split  # one reading's shares are split by one rule
+            use._containers.add(share.container)
+            (only,) = use._containers if len(use._containers) == 1 else ("",)
+            use.container = only or None
     return [
         NodeBatch(node, [uses[key] for key in sorted(uses)]) for node, uses in sorted(by_node.items()) if uses
     ]

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from tessera.contracts.events import GpuSample, PodGpuShare, PodGpuUsage
 from tessera.core.messaging.envelope import encode
@@ -141,6 +142,12 @@ async def _publish_samples(ctx: ServiceContext, readings: list[Reading], now: da
         )
 
 
+def _split(split: str) -> Literal["sm", "memory", "requested"]:
+    if split == "sm":
+        return "sm"
+    return "memory" if split == "memory" else "requested"
+
+
 async def _publish_pod_usage(
     ctx: ServiceContext, gpus: list[AttributedGpu], now: datetime, interval_s: float
 ) -> None:
@@ -160,7 +167,8 @@ async def _publish_pod_usage(
                     gpu_index=u.gpu_index,
                     utilization_pct=round(u.utilization_pct, 3),
                     allocated_milli=u.allocated_milli,
-                    split="memory" if u.split == "memory" else "requested",
+                    split=_split(u.split),
+                    container=u.container,
                 )
                 for u in batch.pods
             ],

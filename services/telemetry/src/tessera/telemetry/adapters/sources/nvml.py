@@ -3,7 +3,12 @@
 pynvml is imported when the source opens, never at import time, so nodes and machines without an
 NVIDIA driver can import the service. Opening fails with `SourceUnavailable` saying what is missing.
 XID errors arrive as NVML events: the source registers for critical XIDs once and drains the event
-set on every read. Who holds a GPU is told by its compute processes (`pid/<n>`).
+set on every read. Who holds a GPU is told by its compute processes
+(`nvmlDeviceGetComputeRunningProcesses`, with their GPU memory), each named `namespace/pod` when a
+`ProcessResolver` finds its pod (`adapters.processes`), else `pid/<n>`; each process's SM utilisation
+comes from NVML's process utilisation samples (`nvmlDeviceGetProcessUtilization`) since the last
+read, when the board keeps them (NVML raises NOT_FOUND when there are none, NOT_SUPPORTED on boards
+without them: the processes then carry no SM share and a shared GPU is split by memory).
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from typing import Any
 
 from tessera.cluster.catalogue import resolve_product
 from tessera.contracts.events import GpuInventory, NodeInventory
+from tessera.telemetry.adapters.processes import ProcessResolver
+from tessera.telemetry.domain.attribution import GpuProcess
+from tessera.telemetry.domain.cgroups import ProcessOwner
 from tessera.telemetry.domain.model import Reading, SourceUnavailable
 
 _MIB = 1024 * 1024
@@ -35,7 +43,9 @@ def _text(value: Any) -> str:
 
 
 class NvmlSource:
-    def __init__(self, node_name: str, nvml: ModuleType | None = None) -> None:
+    def __init__(
+        self, node_name: str, nvml: ModuleType | None = None, resolver: ProcessResolver | None = None
+    ) -> None:
         if not node_name:
             raise ValueError(
                 "node_name: the NVML source needs this node's name (TESSERA_TELEMETRY_NODE_NAME)"
@@ -46,6 +56,9 @@ class NvmlSource:
         self._handles: list[Any] = []
         self._events: Any = None
         self._opened = False
+        self.resolver = resolver
+        #: GPU index -> the newest process utilisation sample read (NVML's microseconds)
+        self._last_sample: dict[int, int] = {}
 
     def _open(self) -> ModuleType:
         if self._opened and self._nvml is not None:
@@ -92,9 +105,34 @@ class NvmlSource:
         except nvml.NVMLError:  # NOT_SUPPORTED on boards without the counter
             return None
 
+    def _sm_by_pid(self, nvml: ModuleType, index: int, handle: Any) -> dict[int, float] | None:
+        """Each process's mean SM utilisation over the samples since the last read; None when NVML
+        has none (NOT_FOUND) or the board keeps none (NOT_SUPPORTED)."""
+        call = getattr(nvml, "nvmlDeviceGetProcessUtilization", None)
+        if call is None:
+            return None
+        samples = self._optional(nvml, call, handle, self._last_sample.get(index, 0))
+        if not samples:
+            return None
+        sums: dict[int, list[float]] = {}
+        for sample in samples:
+            sums.setdefault(int(sample.pid), []).append(float(sample.smUtil))
+        self._last_sample[index] = max(int(sample.timeStamp) for sample in samples)
+        return {pid: sum(values) / len(values) for pid, values in sums.items()}
+
+    def _owners(self, pids: set[int]) -> dict[int, ProcessOwner | None]:
+        if self.resolver is None or not pids:
+            return {}
+        return self.resolver.resolve(pids)
+
     def read_now(self, now: datetime) -> list[Reading]:
         nvml = self._open()
         xids = self._drain_xids(nvml)
+        running = [
+            self._optional(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
+            for handle in self._handles
+        ]
+        owners = self._owners({int(p.pid) for processes in running for p in processes})
         readings = []
         for index, handle in enumerate(self._handles):
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
@@ -106,7 +144,7 @@ class NvmlSource:
                 nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                 nvml.NVML_VOLATILE_ECC,
             )
-            processes = self._optional(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
+            processes = self._processes(running[index], owners, self._sm_by_pid(nvml, index, handle))
             readings.append(
                 Reading(
                     node=self.node_name,
@@ -122,10 +160,31 @@ class NvmlSource:
                     power_limit_w=limit_mw / 1000.0 if limit_mw else None,
                     xid_errors=tuple(xids.get(index, ())),
                     ecc_uncorrected=int(ecc or 0),
-                    pods=tuple(f"pid/{p.pid}" for p in processes),
+                    pods=tuple(p.pod or f"pid/{p.pid}" for p in processes),
+                    processes=processes,
                 )
             )
         return readings
+
+    @staticmethod
+    def _processes(
+        running: list[Any], owners: dict[int, ProcessOwner | None], sm: dict[int, float] | None
+    ) -> tuple[GpuProcess, ...]:
+        out = []
+        for p in running:
+            pid = int(p.pid)
+            used = getattr(p, "usedGpuMemory", None)  # None where the driver does not say
+            owner = owners.get(pid)
+            out.append(
+                GpuProcess(
+                    pid,
+                    int(used) // _MIB if isinstance(used, int) else 0,
+                    owner.pod if owner else None,
+                    owner.container if owner else None,
+                    None if sm is None else sm.get(pid, 0.0),
+                )
+            )
+        return tuple(out)
 
     @staticmethod
     def _model(nvml: ModuleType, handle: Any, memory_mib: int) -> str:

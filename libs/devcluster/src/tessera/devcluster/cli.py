@@ -228,6 +228,19 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+HPA_MIN_REAL_PERIOD_S = 0.05
+"""The HPA controller syncs at most 20 times a real second. A sync (list the HPAs, read their targets
+and metrics, write their status) costs milliseconds of real time whatever the simulated clock, so at
+a speed past a few hundred the simulated period would shrink below it and the controller would poll
+the API server flat out, taking CPU from the API server the rest of the cluster uses."""
+
+
+def hpa_real_period(sync_s: float, speed: float) -> float:
+    """The real seconds between two HPA syncs: ``sync_s`` simulated seconds at ``speed``, at least
+    :data:`HPA_MIN_REAL_PERIOD_S`."""
+    return max(sync_s / speed, HPA_MIN_REAL_PERIOD_S)
+
+
 @contextlib.asynccontextmanager
 async def _hpa_controller(cluster: DevCluster, sync_s: float | None) -> AsyncIterator[None]:
     """The simulated HPA controller against the cluster's own API server, on the cluster's simulated
@@ -238,7 +251,10 @@ async def _hpa_controller(cluster: DevCluster, sync_s: float | None) -> AsyncIte
     from tessera.devcluster.sim.hpa import HpaController
 
     controller = HpaController(
-        cluster.url, cluster.url, sync_s=sync_s / cluster.settings.speed, clock=cluster.ctx.clock.now
+        cluster.url,
+        cluster.url,
+        sync_s=hpa_real_period(sync_s, cluster.settings.speed),
+        clock=cluster.ctx.clock.now,
     )
     stop = asyncio.Event()
     task = asyncio.create_task(controller.run(stop))

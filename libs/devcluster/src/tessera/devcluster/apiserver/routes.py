@@ -27,6 +27,9 @@ from tessera.devcluster.apiserver.store import ObjectStore
 from tessera.devcluster.apiserver.tables import Printer, crd_printer, has_printer, to_table, wants_table
 from tessera.devcluster.apiserver.webhooks import MutatingWebhooks
 
+WATCH_BATCH = 256
+"""At most this many watch events already queued go to a watcher in one write."""
+
 
 @dataclass(frozen=True)
 class Route:
@@ -321,10 +324,16 @@ class ResourceRouter:
                     if watch.closed or request.transport is None or request.transport.is_closing():
                         break
                     continue
+                # The events already queued behind this one go in the same write (one chunk of
+                # newline-delimited events, as a client reads them anyway): one send, not one each.
+                events = [event, *watch.ready(WATCH_BATCH - 1, copy_object=False)]
                 if table:
-                    table_of = to_table(resource, [event["object"]], "", self._printer(resource))
-                    event = {"type": event["type"], "object": table_of}
-                await response.write(_line(event))
+                    printer = self._printer(resource)
+                    events = [
+                        {"type": e["type"], "object": to_table(resource, [e["object"]], "", printer)}
+                        for e in events
+                    ]
+                await response.write(b"".join(_line(e) for e in events))
         except (ConnectionError, asyncio.CancelledError):
             watch.close()
             raise

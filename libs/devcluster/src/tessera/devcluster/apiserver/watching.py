@@ -46,6 +46,13 @@ class StoredEvent:
         return {"type": kind, "object": self.obj}
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class Watch:
     """A live subscription; iterate it for `{"type", "object"}` events. Thread-safe to feed."""
 
@@ -78,7 +85,13 @@ class Watch:
 
     def _put(self, item: dict[str, Any] | None) -> None:
         try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+            if _running_loop() is self._loop:
+                # On the loop's own thread (a request handler or an in-process controller wrote):
+                # the same queue of callbacks, in the same order, without waking the loop through
+                # its self-pipe, a system call per event per watcher.
+                self._loop.call_soon(self._queue.put_nowait, item)
+            else:
+                self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
         except RuntimeError:  # the loop is closed: nobody is listening any more
             self._closed.set()
 
@@ -101,14 +114,28 @@ class Watch:
         """
         if self._closed.is_set() and self._queue.empty():
             return None
-        try:
-            item = await asyncio.wait_for(self._queue.get(), wait_seconds)
-        except TimeoutError:
-            return None
+        if not self._queue.empty():
+            item = self._queue.get_nowait()  # no timer and no task for an event already queued
+        else:
+            try:
+                item = await asyncio.wait_for(self._queue.get(), wait_seconds)
+            except TimeoutError:
+                return None
         if item is None:
             return None
         obj = copy.deepcopy(item["object"]) if copy_object else item["object"]
         return {"type": item["type"], "object": obj}
+
+    def ready(self, limit: int, *, copy_object: bool = True) -> list[dict[str, Any]]:
+        """The events already queued, at most ``limit``, without waiting; none once closed."""
+        out: list[dict[str, Any]] = []
+        while len(out) < limit and not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is None:  # closed: `next` answers None from now on
+                break
+            obj = copy.deepcopy(item["object"]) if copy_object else item["object"]
+            out.append({"type": item["type"], "object": obj})
+        return out
 
     def __aiter__(self) -> Watch:
         return self

@@ -14,7 +14,9 @@ or a batch handler records several events in one transaction); durability is the
 every event is committed before it is published and handled once. `--baseline-linger-ms` runs the
 flat-out and paced paths also with the relay lingering that long after a wake (0: the relay as it
 was before it lingered), alternating with the default `--repeat` times (ABBA order), for a before/after
-ratio taken in one run. `--baseline-consumer` does the same with the consumer as it was before a batch
+ratio taken in one run. `--baseline-fetch` does the same with the consumer's former fetch (a pull
+for one message, then a second pull lingering 10 ms for the rest of the batch; `bench.bus_baseline`).
+`--baseline-consumer` does the same with the consumer as it was before a batch
 could go without savepoints (`bench.bus_baseline`: a `SAVEPOINT` and a `RELEASE` per message), and
 then runs the split (producers alone, relay and consumer alone) on each side too.
 
@@ -42,7 +44,7 @@ import nats
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from bench.bus_baseline import SavepointPerMessageRunner
+from bench.bus_baseline import LingeringFetchRunner, SavepointPerMessageRunner
 from tessera.contracts.base import Message
 from tessera.contracts.events import BY_TYPE
 from tessera.core.db.engine import async_url, make_engine, make_session_factory
@@ -53,11 +55,13 @@ from tessera.core.messaging.envelope import Envelope
 from tessera.core.messaging.outbox import OutboxRelay
 from tessera.core.messaging.streams import StreamLimits, ensure_stream
 from tessera.core.observability.metrics import Metrics
-from tessera.core.settings import ConsumerSettings
+from tessera.core.settings import ConsumerSettings, ServiceSettings
 
 SERVICE = "bench"
 SELECT_1 = text("SELECT 1")
 RESULTS = Path(__file__).parent / "results"
+#: the services' own (`outbox_poll_s`): every commit wakes the relay, so it polls only as a fallback
+RELAY_POLL_S = ServiceSettings.model_fields["outbox_poll_s"].default
 
 
 class Ping(Message):
@@ -153,7 +157,7 @@ async def outbox_path(
     def uow() -> UnitOfWork:
         return UnitOfWork(sessions, outbox, inbox, "bench")
 
-    relay = CountingRelay(js, sessions, outbox, metrics, stop, poll_s=0.01)
+    relay = CountingRelay(js, sessions, outbox, metrics, stop, poll_s=RELAY_POLL_S)
     if linger_s is not None:
         relay.linger_s = linger_s
     consumer = runner(
@@ -300,6 +304,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         baseline_shape: dict[str, Any] | None = None
         if args.baseline_consumer:
             baseline_shape = {"runner": SavepointPerMessageRunner}
+        elif args.baseline_fetch:
+            baseline_shape = {"runner": LingeringFetchRunner, **as_configured}
         elif baseline is not None:
             baseline_shape = {"linger_s": baseline, **as_configured}
         for repetition in range(args.repeat):
@@ -331,11 +337,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
     if before:
-        what = (
-            {"consumer": "a savepoint and a release per message"}
-            if args.baseline_consumer
-            else {"relay_linger_ms": args.baseline_linger_ms}
-        )
+        what: dict[str, Any] = {"relay_linger_ms": args.baseline_linger_ms}
+        if args.baseline_consumer:
+            what = {"consumer": "a savepoint and a release per message"}
+        elif args.baseline_fetch:
+            what = {"consumer": "a pull for one message, then a pull for the rest lingering 10 ms"}
         result["baseline"] = {**what, **medians(before)}
         result["ratio_e2e_per_s"] = [
             a["e2e_per_s"] / b["e2e_per_s"] for a, b in zip(after, before, strict=True)
@@ -389,6 +395,12 @@ def main(argv: list[str] | None = None) -> None:
         "alternating with the consumer as configured, for a before/after ratio",
     )
     parser.add_argument(
+        "--baseline-fetch",
+        action="store_true",
+        help="also run every path with the consumer's former fetch (a pull for one message, then a "
+        "pull for the rest lingering 10 ms), alternating with the consumer as configured",
+    )
+    parser.add_argument(
         "--replay-safe",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -410,8 +422,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--messages, --producers, --window, --events-per-commit and --repeat must be at least 1")
     if args.baseline_linger_ms is not None and args.baseline_linger_ms < 0:
         parser.error("--baseline-linger-ms must not be negative")
-    if args.baseline_linger_ms is not None and args.baseline_consumer:
-        parser.error("compare one thing at a time: --baseline-linger-ms or --baseline-consumer")
+    if (args.baseline_linger_ms is not None) + args.baseline_consumer + args.baseline_fetch > 1:
+        parser.error(
+            "compare one thing at a time: --baseline-linger-ms, --baseline-consumer or --baseline-fetch"
+        )
     if not 0 < args.load <= 1:
         parser.error("--load must be in (0, 1]")
     result = asyncio.run(run(args))

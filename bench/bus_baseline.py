@@ -1,13 +1,16 @@
-"""The consumer's batch as it ran before a batch could go without savepoints, for `bench.bus
---baseline-consumer`: every handler in a savepoint of its own (SQLAlchemy's `begin_nested`: a
-`SAVEPOINT` and a `RELEASE` per message whose handler sends a statement), the rest of the runner as
-it is now."""
+"""The consumer as it ran before, for before/after ratios in one run: `SavepointPerMessageRunner`
+(`bench.bus --baseline-consumer`) runs every handler in a savepoint of its own (SQLAlchemy's
+`begin_nested`: a `SAVEPOINT` and a `RELEASE` per message whose handler sends a statement);
+`LingeringFetchRunner` (`bench.bus --baseline-fetch`, `bench.bus_stages`) fetches a batch with two
+pulls, the second lingering 10 ms. The rest of the runner is as it is now."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
 from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import ConsumerRunner
@@ -35,3 +38,18 @@ class SavepointPerMessageRunner(ConsumerRunner[UnitOfWork]):
             await uow.unsee(self.spec.name, failed)
             await uow.commit()
         return outcomes
+
+
+class LingeringFetchRunner(ConsumerRunner[UnitOfWork]):
+    """The consumer's fetch as it was before one pull took a batch: a pull for one message (up to a
+    second), then a second pull for the rest of the batch lingering 10 ms (`no_wait` with
+    `expires`: the server holds it until the batch fills or the 10 ms pass)."""
+
+    LINGER_S = 0.01
+
+    async def _fetch(self, sub: JetStreamContext.PullSubscription) -> list[Msg]:
+        first = await sub.fetch(1, timeout=1.0)
+        if self.spec.batch > 1:
+            with contextlib.suppress(TimeoutError):
+                first += await sub.fetch(self.spec.batch - 1, timeout=self.LINGER_S)
+        return first

@@ -100,13 +100,16 @@ class ConsumerRunner(Generic[UowT]):
         raise asyncio.CancelledError
 
     async def _fetch(self, sub: JetStreamContext.PullSubscription) -> list[Msg]:
-        """Wait up to a second for the first message, then take what else arrives within a few
-        milliseconds: low latency when traffic trickles, full batches when it floods."""
-        first = await sub.fetch(1, timeout=1.0)
-        if self.spec.batch > 1:
+        """Wait up to a second for the first message; it comes with every message already there,
+        up to the batch (one pull request, `no_wait` with `expires`: the server answers as soon as
+        it has any). A trickle is handled at once and a flood in full batches, since a backlog piles
+        up while a batch is handled. With the spec's `linger_s`, a second pull then waits that long
+        for more (one more round trip, and `linger_s` more latency, per batch)."""
+        msgs = await sub.fetch(self.spec.batch, timeout=1.0)
+        if self.spec.linger_s and len(msgs) < self.spec.batch:
             with contextlib.suppress(TimeoutError):
-                first += await sub.fetch(self.spec.batch - 1, timeout=self.spec.linger_s)
-        return first
+                msgs += await sub.fetch(self.spec.batch - len(msgs), timeout=self.spec.linger_s)
+        return msgs
 
     async def run(self) -> None:
         sub = await self._subscribe()

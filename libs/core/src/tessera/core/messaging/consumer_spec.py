@@ -29,6 +29,7 @@ class ConsumerSpec(Generic[UowT]):
     handler: Handler[UowT]
     settings: ConsumerSettings | None = None
     linger_s: float = 0.01
+    """After a fetch, wait this long for more messages to join the batch (0: handle what came)."""
     on_dead_letter: DeadLetterHook[UowT] | None = None
     """Runs in its own unit of work before a message is dead-lettered (at most once per message id),
     so the service can answer its sender: admission rejects a submission it can never handle."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 from tessera.cluster.catalogue import GpuModel, model
 from tessera.slicing.domain.cluster_plan import GpuState, NodeState, PlannerSettings, plan_cluster
@@ -187,6 +188,19 @@ def test_fractional_demand_fits_free_replicas_first_and_skips_busy_nodes() -> No
     ]
     assert plan_cluster(nodes, {PodShape.share(250): 6}).is_empty
     plan = plan_cluster(nodes, {PodShape.share(250): 7})
+    assert plan.is_empty and any("fractional demand" in e for e in plan.explanations)
+
+
+def test_free_replicas_slicing_chose_take_shares_past_1000_milli_as_the_scheduler_places_them() -> None:
+    sliced = GpuLayout.time_slicing(4)
+    gpu = _gpu(0, sliced, running_pods=2, used_milli=1200)
+    by_replicas = [replace(_node("shared", gpu), shares_by_replicas=True)]
+    served = plan_cluster(by_replicas, {PodShape.share(600): 2})  # the two free replicas take them
+    assert served.is_empty and served.explanations == ()
+    plan = plan_cluster(by_replicas, {PodShape.share(600): 3})
+    assert plan.is_empty and any("fractional demand" in e for e in plan.explanations), "2 replicas, not 3"
+    by_hand = [_node("shared", gpu)]  # time-slicing set by hand: the scheduler still counts milli
+    plan = plan_cluster(by_hand, {PodShape.share(600): 1})
     assert plan.is_empty and any("fractional demand" in e for e in plan.explanations)
 
 

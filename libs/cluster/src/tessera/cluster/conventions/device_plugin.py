@@ -19,7 +19,12 @@ from typing import Any
 
 import yaml
 
-from tessera.cluster.conventions.names import GPU_RESOURCE
+from tessera.cluster.conventions.names import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    GPU_RESOURCE,
+    GPU_SHARING_STRATEGY_LABEL,
+    SLICING_DEVICE_PLUGIN_CONFIG_PREFIX,
+)
 
 
 def time_slicing_config(replicas: Mapping[str, int] | int, *, rename_by_default: bool = False) -> str:
@@ -59,3 +64,11 @@ def time_slicing_replicas(config: str) -> dict[str, int]:
             raise ValueError(f"sharing.timeSlicing.resources[{i}].replicas: expected an integer >= 1")
         result[item["name"]] = replicas
     return result
+
+
+def time_sliced_by_slicing(labels: Mapping[str, str]) -> bool:
+    """The node's GPUs are time-sliced (GFD's sharing strategy) under a config slicing wrote: the
+    scheduler places shares there by free replicas, as the device plugin does (ADR 0021)."""
+    return labels.get(GPU_SHARING_STRATEGY_LABEL) == "time-slicing" and labels.get(
+        DEVICE_PLUGIN_CONFIG_LABEL, ""
+    ).startswith(SLICING_DEVICE_PLUGIN_CONFIG_PREFIX)

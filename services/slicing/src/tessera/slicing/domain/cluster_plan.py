@@ -87,6 +87,9 @@ class NodeState:
     gpus: tuple[GpuState, ...]
     pinned: bool = False  # the layout is set by hand (opt-out label): never planned
     schedulable: bool = True
+    #: time-sliced under slicing's own config: the scheduler places a share on any free replica,
+    #: whatever its milli (elsewhere shares also need the milli left within 1000)
+    shares_by_replicas: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,9 +364,10 @@ def _plan_shares(draft: _Draft, shares: list[int]) -> list[str]:
             slots, room = layout.replicas - gpu.running_pods, MILLI_PER_GPU - gpu.used_milli
             # an MPS client gets an equal part of the GPU: a larger share would not fit its limits
             largest = MILLI_PER_GPU // layout.replicas if layout.mode is SharingMode.MPS else MILLI_PER_GPU
+            by_replicas = node.shares_by_replicas and layout.mode is SharingMode.TIME_SLICING
             kept = []
             for share in remaining:
-                if slots > 0 and share <= room and share <= largest:
+                if slots > 0 and (by_replicas or share <= room) and share <= largest:
                     slots, room = slots - 1, room - share
                     assigned.setdefault((node.name, gpu.index), []).append(share)
                 else:

@@ -15,6 +15,7 @@ import yaml
 
 from tessera.cluster.catalogue import CATALOGUE
 from tessera.cluster.conventions import DEVICE_PLUGIN_CONFIG_LABEL, GPU_SHARING_STRATEGY_LABEL
+from tessera.cluster.conventions.device_plugin import time_sliced_by_slicing
 from tessera.cluster.conventions.names import (
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
@@ -135,6 +136,7 @@ def node_state(
         name=node.name,
         gpus=tuple(gpus),
         pinned=node.labels.get(PIN_LABEL) == PIN_VALUE,
+        shares_by_replicas=time_sliced_by_slicing(node.labels),
         schedulable=not node.unschedulable and node.ready,
     )
 

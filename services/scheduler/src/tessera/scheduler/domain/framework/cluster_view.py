@@ -9,12 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from tessera.cluster.conventions.names import (
-    DEVICE_PLUGIN_CONFIG_LABEL,
-    GPU_REPLICAS_LABEL,
-    GPU_SHARING_STRATEGY_LABEL,
-    SLICING_DEVICE_PLUGIN_CONFIG_PREFIX,
-)
+from tessera.cluster.conventions.device_plugin import time_sliced_by_slicing
+from tessera.cluster.conventions.names import GPU_REPLICAS_LABEL
 from tessera.cluster.domain import GpuRequestKind, Node, Pod, PodGroup
 from tessera.cluster.domain import Link as ClusterLink
 from tessera.cluster.domain.gpu import MigMode
@@ -37,9 +33,7 @@ def placement_replicas(labels: Mapping[str, str]) -> int:
     where slicing chose them (its config on the node), so a GPU of N replicas takes N shares whatever
     their milli, as the device plugin does; 1 elsewhere (shares counted by milli within 1000, also
     under MPS or a time-slicing config set by hand). See ADR 0021."""
-    if labels.get(GPU_SHARING_STRATEGY_LABEL) != "time-slicing":
-        return 1
-    if not labels.get(DEVICE_PLUGIN_CONFIG_LABEL, "").startswith(SLICING_DEVICE_PLUGIN_CONFIG_PREFIX):
+    if not time_sliced_by_slicing(labels):
         return 1
     text = labels.get(GPU_REPLICAS_LABEL, "1")
     try:

@@ -21,7 +21,7 @@ from tessera.core.messaging.consumer_spec import ConsumerSpec, DeadLetterHook, H
 from tessera.core.messaging.dead_letters import DeadLetter, dead_letter_copy, original_id
 from tessera.core.messaging.envelope import Envelope, decode
 from tessera.core.messaging.failures import PermanentError, describe, is_permanent
-from tessera.core.messaging.limits import wire_size
+from tessera.core.messaging.limits import surely_fits, wire_size
 from tessera.core.observability.logs import job_id_var, trace_id_from_headers, trace_id_var
 from tessera.core.observability.metrics import Metrics
 from tessera.core.observability.ratelimit import RateLimitedLog
@@ -358,10 +358,11 @@ class ConsumerRunner(Generic[UowT]):
     def _intake(self, msg: Msg) -> Envelope | tuple[str, str]:
         """The message decoded, or (kind, reason) why it is refused at the door: too large, not a
         CloudEvent, an id the inbox cannot record, or a body that fails its contract."""
-        size = wire_size(msg.headers, msg.data)
         limit = self.intake_limit()
-        if size > limit:
-            return "too_large", f"too large: {size} bytes with headers, over the limit of {limit} bytes"
+        if not surely_fits(msg.headers, msg.data, limit):
+            size = wire_size(msg.headers, msg.data)
+            if size > limit:
+                return "too_large", f"too large: {size} bytes with headers, over the limit of {limit} bytes"
         try:
             envelope = decode(msg.subject, msg.headers, msg.data)
             if len(envelope.id) > MAX_MESSAGE_ID or not envelope.id.isprintable():

@@ -2,11 +2,11 @@
 
 Each pod that shares a GPU takes one replica, so a GPU time-sliced into N replicas holds at most N
 pods. On a GPU slicing time-sliced the scheduler places shares by free replicas alone (ADR 0021), so
-N is also the bound on its oversubscription; the N chosen here by requested milli packs the shares
-within 1000 milli a GPU, and `pack_by_usage` grows N only where measured use leaves room. The planner packs the
-shares first-fit decreasing and picks the smallest N that needs no more GPUs than an unlimited N
-would: small enough that few pods contend for one GPU, large enough that no GPU is left short of
-replicas.
+N is also the bound on its oversubscription: the N chosen here by requested milli packs the shares
+within 1000 milli a GPU, and `fit_by_usage` grows N only where measured use leaves room. The planner
+packs the shares first-fit decreasing and picks the smallest N that needs no more GPUs than an
+unlimited N would: small enough that few pods contend for one GPU, large enough that no GPU is left
+short of replicas.
 """
 
 from __future__ import annotations

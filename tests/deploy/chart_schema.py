@@ -170,7 +170,7 @@ def service_schema(service: str) -> dict[str, Any]:
                 }
             ),
         }
-    if service in ("scheduler", "checkpoint", "forecaster", "slicing", "admission"):
+    if service in ("telemetry", "scheduler", "checkpoint", "forecaster", "slicing", "admission"):
         properties |= {
             "kubernetesApi": _closed({"enabled": {"type": "boolean"}}),
             "rbac": _closed(

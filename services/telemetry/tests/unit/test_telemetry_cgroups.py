@@ -149,3 +149,26 @@ def test_an_api_server_that_fails_leaves_every_pid_unknown_and_says_why(tmp_path
     assert resolver.resolve([100]) == {100: None}
     assert resolver.unknown == 1
     assert resolver.problem is not None and "connection refused" in resolver.problem
+
+
+def test_a_containers_own_proc_is_not_read_as_the_hosts(tmp_path: Path) -> None:
+    """Without hostPID, pid 1 is the container's own process, in a pod: NVML's host pids would name
+    the wrong processes there, so none is resolved and the problem says what to do."""
+    _proc(tmp_path, 1, f"0::/kubepods/burstable/pod{UID}/{CID}\n")
+    _proc(tmp_path, 100, f"0::/kubepods/burstable/pod{UID}/{CID}\n")
+    listings: list[int] = []
+
+    def pods() -> list[PodIdentity]:
+        listings.append(1)
+        return [PodIdentity(UID, "tessera", "tessera-telemetry-x", {CID: "telemetry"}, ["telemetry"])]
+
+    resolver = ProcessResolver(pods, tmp_path)
+    assert resolver.resolve([100, 7]) == {100: None, 7: None}
+    assert (resolver.unknown, listings) == (2, [])
+    assert resolver.problem is not None and "hostPID" in resolver.problem
+    host = tmp_path / "host"
+    _proc(host, 1, "0::/init.scope\n")
+    _proc(host, 100, f"0::/kubepods/burstable/pod{UID}/{CID}\n")
+    assert ProcessResolver(pods, host).resolve([100]) == {
+        100: ProcessOwner("tessera/tessera-telemetry-x", "telemetry")
+    }

@@ -174,8 +174,9 @@ LEASE_CALLS: frozenset[ApiCall] = frozenset(
 #: per service, every Kubernetes API call it makes. Services with none get a ServiceAccount that
 #: can do nothing.
 SERVICE_CALLS: Mapping[str, frozenset[ApiCall]] = {
-    # NVML or dcgm-exporter on its own node; the devcluster source reads the devcluster over HTTP
-    "telemetry": frozenset(),
+    # NVML or dcgm-exporter on its own node; the devcluster source reads the devcluster over HTTP. The
+    # pods on its node, listed to name the pod and container of each GPU process NVML reports by pid
+    "telemetry": frozenset({CLIENT_CALLS["list_pod_for_all_namespaces"]}),
     # the PredictiveAutoscaler controller: its autoscalers, their scale targets, the HPAs and KEDA
     # ScaledObjects it owns, and Events on its autoscalers
     "forecaster": frozenset().union(*CUSTOM_OBJECT_CALLS["forecaster"].values())

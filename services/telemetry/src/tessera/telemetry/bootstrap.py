@@ -14,6 +14,7 @@ from tessera.core.db.retention import RetentionRule
 from tessera.core.messaging.consumer import ConsumerSpec
 from tessera.core.runner import ServiceContext, ServiceDefinition, serve
 from tessera.telemetry.adapters import orm
+from tessera.telemetry.adapters.processes import ProcessResolver
 from tessera.telemetry.config import SourceKind, TelemetrySettings, get_settings
 from tessera.telemetry.domain.attributed import Attributor
 from tessera.telemetry.domain.health import HealthPolicy
@@ -50,7 +51,19 @@ def make_source(settings: TelemetrySettings) -> GpuSource:
         return DcgmExporterSource(settings.dcgm_url, settings.node_name)
     from tessera.telemetry.adapters.sources.nvml import NvmlSource
 
-    return NvmlSource(settings.node_name or socket.gethostname())
+    node = settings.node_name or socket.gethostname()
+    return NvmlSource(node, resolver=make_process_resolver(settings, node))
+
+
+def make_process_resolver(settings: TelemetrySettings, node: str) -> ProcessResolver | None:
+    """Host pids to pods through the node's pods on the API server, when telemetry has a kubeconfig."""
+    if settings.kubeconfig is None:
+        return None
+    from tessera.cluster.kube import api_client
+    from tessera.telemetry.adapters.processes import KubeNodePods
+
+    pods = KubeNodePods(api_client(kubeconfig=str(settings.kubeconfig)), node)
+    return ProcessResolver(pods, settings.usage.proc_root)
 
 
 def make_monitor(settings: TelemetrySettings) -> Monitor:

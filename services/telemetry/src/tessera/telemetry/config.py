@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
 
 from tessera.core.settings import ServiceSettings, StreamSettings, http_port, service_config
 from tessera.telemetry.domain.usage import CapacityType, Flavor, PriceBook
@@ -90,6 +90,11 @@ class UsageSettings(BaseModel):
         "/var/lib/kubelet/pod-resources/kubelet.sock",
         description="the kubelet's PodResources socket on this node (NVML and dcgm sources)",
     )
+    proc_root: Path = Field(
+        Path("/proc"),
+        description="the host's /proc (the NVML source reads /proc/<pid>/cgroup to find the pod of each "
+        "GPU process; with the chart's hostPID, /proc itself)",
+    )
     rightsizing_window_s: float = Field(3600.0, gt=0)
     rightsizing_min_samples: int = Field(30, ge=1)
     rightsizing_headroom: float = Field(1.2, ge=1.0)
@@ -111,6 +116,12 @@ class TelemetrySettings(ServiceSettings):
         None, description="dcgm-exporter's metrics, e.g. http://localhost:9400/metrics"
     )
     node_name: str | None = Field(None, description="this node (DaemonSet: the downward API's spec.nodeName)")
+    kubeconfig: Path | None = Field(
+        None,
+        validation_alias=AliasChoices("TESSERA_TELEMETRY_KUBECONFIG", "TESSERA_KUBECONFIG", "kubeconfig"),
+        description="a kubeconfig of the cluster: the NVML source names each GPU process's pod and "
+        "container from the pods on this node; none: processes stay pid/<n>",
+    )
     cluster_file: Path | None = Field(
         None, description="a YAML cluster file: inventory only, every GPU idle (demos without a devcluster)"
     )

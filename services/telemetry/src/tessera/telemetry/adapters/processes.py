@@ -7,6 +7,10 @@ the API server places on this node (the official client, `pods` `list` with `spe
 pods are listed at most once per round, and only when a process names a pod. A process whose pod is
 unknown (outside Kubernetes, gone, unreadable, or the API server not answering) is counted in
 `unknown` and stays `pid/<n>`.
+
+NVML's pids are the host's. Without the host's PID namespace, `/proc` is the container's own, where
+the same numbers name other processes: the resolver checks once that pid 1 of its proc root runs in
+no pod (the host's init does not; a container's does) and otherwise resolves nothing, saying why.
 """
 
 from __future__ import annotations
@@ -70,8 +74,22 @@ class ProcessResolver:
         self.proc_root = proc_root
         #: processes left unknown since the resolver was made
         self.unknown = 0
-        #: why the pods could not be listed last time; None when they could
+        #: why no pid can be resolved (not the host's /proc, the pods not listed); None when all is well
         self.problem: str | None = None
+        self._host: bool | None = None
+
+    def is_host_proc(self) -> bool:
+        """Whether the proc root is the host's: its pid 1 is in no pod's cgroup (checked once)."""
+        if self._host is None:
+            self._host = self.cgroup_of(1) is None
+            if not self._host:
+                self.problem = (
+                    f"{self.proc_root} is a container's, not the host's (its pid 1 runs in a pod): "
+                    "give telemetry the host's PID namespace (the chart's hostPID) or mount the host's "
+                    "/proc and set usage.proc_root"
+                )
+                log.warning("GPU processes stay pid/<n>: %s", self.problem)
+        return self._host
 
     def cgroup_of(self, pid: int) -> CgroupRef | None:
         try:
@@ -84,7 +102,11 @@ class ProcessResolver:
 
     def resolve(self, pids: Iterable[int]) -> dict[int, ProcessOwner | None]:
         """Each pid's pod and container; None where unknown (and counted)."""
-        refs = {pid: self.cgroup_of(pid) for pid in set(pids)}
+        wanted = set(pids)
+        if not self.is_host_proc():
+            self.unknown += len(wanted)
+            return dict.fromkeys(wanted)
+        refs = {pid: self.cgroup_of(pid) for pid in wanted}
         by_uid: dict[str, PodIdentity] = {}
         if any(ref is not None for ref in refs.values()):
             try:

@@ -30,7 +30,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -39,7 +40,7 @@ import httpx
 import psutil  # type: ignore[import-untyped]
 
 from tessera.devcluster import data
-from tessera.devcluster.replay import TraceError
+from tessera.devcluster.replay import ReplayReport, TraceError
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PODS = data.trace(data.OPENB_PODS)  # in the repository, or under $TESSERA_DATA_DIR
@@ -195,6 +196,45 @@ class PodWatch:
 
 
 # -- the run --------------------------------------------------------------------------------------------
+class Creators:
+    """Creates pods on up to ``count`` threads at once (1: on the replayer's own thread, in order).
+
+    A creation waits for a free thread, so a pod is never late by more than the ones ahead of it
+    take; pods the API server rejected are reported by :meth:`settle` as the replayer reports its own.
+    """
+
+    def __init__(self, create: Callable[[dict[str, Any]], None], count: int) -> None:
+        self._create = create
+        self._count = count
+        self._slots = threading.BoundedSemaphore(count)
+        self._pool = ThreadPoolExecutor(count, thread_name_prefix="create") if count > 1 else None
+        self._failed: dict[str, str] = {}
+
+    def create(self, manifest: dict[str, Any]) -> None:
+        if self._pool is None:
+            self._create(manifest)
+            return
+        self._slots.acquire()
+        self._pool.submit(self._run, manifest)
+
+    def _run(self, manifest: dict[str, Any]) -> None:
+        try:
+            self._create(manifest)
+        except Exception as exc:  # a rejected pod is reported, as the replayer does
+            self._failed[manifest["metadata"]["name"]] = str(exc)
+        finally:
+            self._slots.release()
+
+    def settle(self, report: ReplayReport) -> ReplayReport:
+        """Wait for every creation started; the report then names the pods that were created."""
+        if self._pool is None:
+            return report
+        self._pool.shutdown(wait=True)
+        report.created = [name for name in report.created if name not in self._failed]
+        report.failed.extend(self._failed.items())
+        return report
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
@@ -227,14 +267,12 @@ def run(args: argparse.Namespace, env: dict[str, str] | None = None) -> Result:
         http = httpx.Client(timeout=30)
         processes = stack.processes()
         cpu_before = {n: _cpu(p) for n, p in processes.items()}
-        replayer = Replayer(
-            http_pod_creator(http, url, gangs=args.gangs, on_created=watcher.created),
-            speed=args.speed,
-            rate=args.rate,
-            namespace=args.namespace,
+        creators = Creators(
+            http_pod_creator(http, url, gangs=args.gangs, on_created=watcher.created), args.creators
         )
+        replayer = Replayer(creators.create, speed=args.speed, rate=args.rate, namespace=args.namespace)
         started = time.monotonic()
-        report = replayer.run(trace)
+        report = creators.settle(replayer.run(trace))
         replay_seconds = time.monotonic() - started
         last_progress, last = time.monotonic(), (-1, -1)
         while time.monotonic() - last_progress < args.drain_timeout:
@@ -300,6 +338,7 @@ def summarise(
             "limit": args.limit,
             "speed": args.speed,
             "rate": args.rate,
+            "creators": args.creators,
             "gangs": args.gangs,
             "services": args.services,
             "cpus": os.cpu_count(),
@@ -387,6 +426,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PODS_PER_S",
         help="create pods at this steady rate, in trace order, instead of at the trace's times / --speed",
     )
+    parser.add_argument(
+        "--creators",
+        type=int,
+        default=1,
+        help="threads creating pods at once (default: 1, one after another in trace order)",
+    )
     parser.add_argument("--gangs", action="store_true", help="create each pod as a gang of one (a PodGroup)")
     parser.add_argument("--services", default="scheduler", help="services to run (default: scheduler)")
     parser.add_argument("--namespace", default="default")
@@ -408,8 +453,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not path.is_file():
             print(f"{flag}: {path} is not a file (set TESSERA_DATA_DIR or pass the path)", file=sys.stderr)
             return 2
-    if args.limit < 1 or args.skip < 0 or args.speed <= 0 or (args.rate is not None and args.rate <= 0):
-        print("--limit must be >= 1, --skip >= 0, --speed > 0 and --rate > 0", file=sys.stderr)
+    if (
+        args.limit < 1
+        or args.skip < 0
+        or args.speed <= 0
+        or (args.rate is not None and args.rate <= 0)
+        or args.creators < 1
+    ):
+        print(
+            "--limit must be >= 1, --skip >= 0, --speed > 0, --rate > 0 and --creators >= 1", file=sys.stderr
+        )
         return 2
     try:
         result = run(args)

@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import func, select, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import DateTime, delete, func, insert, literal, select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from tessera.core.db.engine import make_engine, make_session_factory
 from tessera.telemetry.adapters import orm
+from tessera.telemetry.adapters.orm import usage_daily, usage_hourly
+from tessera.telemetry.adapters.repository import _HOURLY_KEY, _SUM_COLUMNS, SqlUsageRepository, _row_values
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.rightsizing import Recommendation
 from tessera.telemetry.domain.usage import UsageRow
@@ -55,6 +59,48 @@ async def telemetry_database(server_url: str | None) -> AsyncIterator[str]:
                 handle.close()
 
 
+class ExecutemanyUsageRepository(SqlUsageRepository):
+    """The rows stored as they were before (the baseline): the hourly rows by one upsert bound row by
+    row (SQLAlchemy's executemany), each touched day deleted and summed again by statements built on
+    every flush."""
+
+    async def save(self, rows: Sequence[UsageRow]) -> None:
+        if not rows:
+            return
+        stmt = pg_insert(usage_hourly)
+        await self.session.execute(
+            stmt.on_conflict_do_update(
+                constraint="pk_usage_hourly",
+                set_={c.name: stmt.excluded[c.name] for c in usage_hourly.c if c.name not in _HOURLY_KEY},
+            ),
+            [_row_values(r) for r in rows],
+        )
+
+    async def rollup_days(self, days: Sequence[datetime]) -> None:
+        for day in sorted(set(days)):
+            end = day + timedelta(days=1)
+            await self.session.execute(delete(usage_daily).where(usage_daily.c.day == day))
+            labels = ("job_id", "queue", "tenant", "flavor", "capacity_type")
+            source = (
+                select(
+                    literal(day, DateTime(timezone=True)).label("day"),
+                    *(usage_hourly.c[c] for c in labels),
+                    *(func.sum(usage_hourly.c[c]).label(c) for c in _SUM_COLUMNS),
+                )
+                .where(usage_hourly.c.window_start >= day, usage_hourly.c.window_start < end)
+                .group_by(*(usage_hourly.c[c] for c in labels))
+            )
+            await self.session.execute(
+                insert(usage_daily).from_select(["day", *labels, *_SUM_COLUMNS], source)
+            )
+
+
+class BaselineUnitOfWork(TelemetryUnitOfWork):
+    def open_repositories(self, session: AsyncSession) -> None:
+        super().open_repositories(session)
+        self.usage = ExecutemanyUsageRepository(session)
+
+
 @dataclass
 class FlushStats:
     flushes: int = 0
@@ -65,13 +111,15 @@ class FlushStats:
 class UsageStore:
     """The service's unit of work on one engine, as `ServiceContext.uow` builds it."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, baseline: bool = False) -> None:
         self.engine: AsyncEngine = make_engine(url, pool_size=2, application_name="tessera-telemetry")
         self.sessions = make_session_factory(self.engine)
         self.stats = FlushStats()
+        self.unit = BaselineUnitOfWork if baseline else TelemetryUnitOfWork
 
-    def uow(self) -> TelemetryUnitOfWork:
-        return TelemetryUnitOfWork(self.sessions, orm.outbox, orm.inbox, "tessera/telemetry")
+    def uow(self, baseline: bool | None = None) -> TelemetryUnitOfWork:
+        unit = self.unit if baseline is None else BaselineUnitOfWork if baseline else TelemetryUnitOfWork
+        return unit(self.sessions, orm.outbox, orm.inbox, "tessera/telemetry")
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -114,6 +162,23 @@ class UsageStore:
                     (await conn.execute(select(func.count()).select_from(table))).scalar_one()
                 )
         return out
+
+    async def compare_save(self, rows: Sequence[UsageRow], batch: int, rounds: int) -> dict[str, float]:
+        """CPU milliseconds of this process per `record_usage` of `batch` rows (hourly rows stored,
+        their days rebuilt), the baseline's repository against the service's, alternating, on rows
+        already stored (so nothing changes); each batch is its own committed unit of work, as a flush
+        is."""
+        spent = {"executemany": 0.0, "unnest": 0.0}
+        batches = [rows[i : i + batch] for i in range(0, len(rows), batch)][:rounds]
+        for chunk in batches:
+            for name, baseline in (("executemany", True), ("unnest", False)):
+                began = time.process_time()
+                async with self.uow(baseline) as uow:
+                    await record_usage(uow, chunk)
+                    await uow.commit()
+                spent[name] += time.process_time() - began
+        n = max(1, len(batches))
+        return {name: round(1000 * cpu / n, 3) for name, cpu in spent.items()}
 
     async def server_pid(self) -> int:
         async with self.engine.connect() as conn:

@@ -68,6 +68,7 @@ from tessera.telemetry.domain.usage import (
     PriceBook,
     UsageRow,
 )
+from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
 from tessera.telemetry.service_layer.usage import NodeInfo, UsageLedger, restore_usage
 
 RESULTS = Path(__file__).parent / "results"
@@ -226,14 +227,19 @@ def per_1000_gpus(samples: int, cpu_s: float) -> float:
 
 
 def run(
-    trace: Path, hours: float | None = None, report: Path | None = None, database_url: str | None = None
+    trace: Path,
+    hours: float | None = None,
+    report: Path | None = None,
+    database_url: str | None = None,
+    baseline: bool = False,
 ) -> dict[str, Any]:
     """Replay the trace through the service's ingest path on a new telemetry database on the
-    PostgreSQL server `database_url` (an embedded one when None)."""
+    PostgreSQL server `database_url` (an embedded one when None); `baseline` stores the hourly rows
+    as before (row-by-row executemany) instead of the service's one-statement upsert."""
 
     async def go() -> dict[str, Any]:
         async with telemetry_database(database_url) as url:
-            store = UsageStore(url)
+            store = UsageStore(url, baseline)
             try:
                 return await replay(store, trace, hours, report)
             finally:
@@ -311,6 +317,8 @@ async def replay(store: UsageStore, trace: Path, hours: float | None, report: Pa
     rows = await store.rows(since)
     before = stored(rows)
     counts = await store.counts()
+    per_flush = max(1, flush_stats["rows_written"] // max(1, flush_stats["flushes"]))
+    save_ms = await store.compare_save(rows, per_flush, 200)
 
     # the last hour again: once into the same ledger, once into a restarted one restored from the rows
     for r, shares in replayed:
@@ -361,6 +369,9 @@ async def replay(store: UsageStore, trace: Path, hours: float | None, report: Pa
         "idle_flagged_gpu_hours": round(idle_s / HOUR_S, 3),
         "rightsizing_recommendations": len(recommended),
         "rightsizing_saving_gpu_hours": round(saving_h, 3),
+        "hourly_rows_stored_with": "executemany (baseline)"
+        if store.unit is not TelemetryUnitOfWork
+        else "unnest",
         "flushes": flush_stats["flushes"],
         "rows_written": flush_stats["rows_written"],
         "findings_opened": flush_stats["findings_opened"],
@@ -378,6 +389,9 @@ async def replay(store: UsageStore, trace: Path, hours: float | None, report: Pa
         "domain_cpu_pct_per_1000_gpus": round(per_1000_gpus(samples, domain_cpu), 3),
         "flush_cpu_s": round(flush_cpu, 3),
         "flush_share_of_cpu": round(flush_cpu / cpu, 3) if cpu > 0 else None,
+        "save_rows_per_flush": per_flush,
+        "save_cpu_ms_per_flush": save_ms,
+        "save_speedup": round(save_ms["executemany"] / save_ms["unnest"], 2) if save_ms["unnest"] else None,
         "db_server_cpu_s": None if server_cpu is None else round(server_cpu, 3),
         "db_server_cpu_pct_per_1000_gpus": None
         if server_cpu is None
@@ -445,9 +459,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--database-url", default=None, help="an existing PostgreSQL server (default: an embedded one)"
     )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="store the hourly rows row by row (executemany), as the service did before",
+    )
     args = parser.parse_args(argv)
     trace = args.trace or data.trace(data.GENAI_DUTY_CYCLE)
-    result = run(trace, args.hours, args.report, args.database_url)
+    result = run(trace, args.hours, args.report, args.database_url, args.baseline)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

@@ -4,12 +4,25 @@ The protocols are what the service layer sees; the `Sql*` classes keep every que
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import datetime, timedelta
-from typing import Protocol
+from datetime import datetime
+from typing import Any, Protocol
 
-from sqlalchemy import DateTime, delete, func, insert, literal, select, update
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Float,
+    String,
+    TextClause,
+    delete,
+    func,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -307,6 +320,60 @@ def _row_values(r: UsageRow) -> dict[str, object]:
     }
 
 
+def _array_type(column: Column[Any]) -> str:
+    for kind, name in ((DateTime, "timestamptz"), (String, "text"), (BigInteger, "int8"), (Float, "float8")):
+        if isinstance(column.type, kind):
+            return name
+    raise TypeError(f"usage_hourly.{column.name}: no array type for {column.type!r}")
+
+
+@functools.cache
+def _hourly_upsert() -> TextClause:
+    """One statement for a whole flush: each column's values as one array, `unnest`ed into rows, each
+    replacing the stored row of its key. One round trip and one parameter set, however many rows
+    (an executemany binds every row apart: most of a flush's CPU, in the driver and SQLAlchemy)."""
+    columns = [c.name for c in usage_hourly.c]
+    arrays = ", ".join(f"CAST(:{c.name} AS {_array_type(c)}[])" for c in usage_hourly.c)
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in _HOURLY_KEY)
+    return text(
+        f"INSERT INTO {usage_hourly.fullname} ({', '.join(columns)}) SELECT * FROM unnest({arrays}) "
+        f"ON CONFLICT ON CONSTRAINT pk_usage_hourly DO UPDATE SET {updates}"
+    )
+
+
+@functools.cache
+def _daily_rollup() -> TextClause:
+    """One statement for every day a flush touched: each day's rows summed again from its hourly rows
+    and stored (replacing), and the day's stored rows of groups that no longer have hours deleted;
+    what is left of those days is exactly the hours' sums, as deleting and inserting them would be."""
+    labels = ("job_id", "queue", "tenant", "flavor", "capacity_type")
+    key = ("day", *labels)
+    daily = usage_daily.fullname
+    return text(
+        f"WITH fresh AS (SELECT d.day, {', '.join(f'h.{c}' for c in labels)}, "
+        f"{', '.join(f'sum(h.{c}) AS {c}' for c in _SUM_COLUMNS)} "
+        f"FROM unnest(CAST(:days AS timestamptz[])) AS d(day) JOIN {usage_hourly.fullname} AS h "
+        "ON h.window_start >= d.day AND h.window_start < d.day + interval '1 day' "
+        f"GROUP BY d.day, {', '.join(f'h.{c}' for c in labels)}), "
+        f"gone AS (DELETE FROM {daily} AS o WHERE o.day = ANY(CAST(:days AS timestamptz[])) "
+        f"AND NOT EXISTS (SELECT 1 FROM fresh AS f WHERE {' AND '.join(f'f.{c} = o.{c}' for c in key)})) "
+        f"INSERT INTO {daily} ({', '.join(key)}, {', '.join(_SUM_COLUMNS)}) "
+        f"SELECT {', '.join(key)}, {', '.join(_SUM_COLUMNS)} FROM fresh "
+        f"ON CONFLICT ON CONSTRAINT pk_usage_daily DO UPDATE SET "
+        f"{', '.join(f'{c} = excluded.{c}' for c in _SUM_COLUMNS)}"
+    )
+
+
+def _row_arrays(rows: Sequence[UsageRow]) -> dict[str, list[object]]:
+    """The rows column by column, one row per key (the last given wins, as one after another would)."""
+    unique = list({r.key: r for r in rows}.values())
+    out: dict[str, list[object]] = {c.name: [] for c in usage_hourly.c}
+    for r in unique:
+        for name, value in _row_values(r).items():
+            out[name].append(value)
+    return out
+
+
 class SqlUsageRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
@@ -314,14 +381,7 @@ class SqlUsageRepository:
     async def save(self, rows: Sequence[UsageRow]) -> None:
         if not rows:
             return
-        stmt = pg_insert(usage_hourly)
-        await self.session.execute(
-            stmt.on_conflict_do_update(
-                constraint="pk_usage_hourly",
-                set_={c.name: stmt.excluded[c.name] for c in usage_hourly.c if c.name not in _HOURLY_KEY},
-            ),
-            [_row_values(r) for r in rows],
-        )
+        await self.session.execute(_hourly_upsert(), _row_arrays(rows))
 
     async def rows_since(self, since: datetime, nodes: Sequence[str] | None = None) -> list[UsageRow]:
         query = select(usage_hourly).where(usage_hourly.c.window_start >= since)
@@ -351,22 +411,9 @@ class SqlUsageRepository:
         return out
 
     async def rollup_days(self, days: Sequence[datetime]) -> None:
-        for day in sorted(set(days)):
-            end = day + timedelta(days=1)
-            await self.session.execute(delete(usage_daily).where(usage_daily.c.day == day))
-            labels = ("job_id", "queue", "tenant", "flavor", "capacity_type")
-            source = (
-                select(
-                    literal(day, DateTime(timezone=True)).label("day"),
-                    *(usage_hourly.c[c] for c in labels),
-                    *(func.sum(usage_hourly.c[c]).label(c) for c in _SUM_COLUMNS),
-                )
-                .where(usage_hourly.c.window_start >= day, usage_hourly.c.window_start < end)
-                .group_by(*(usage_hourly.c[c] for c in labels))
-            )
-            await self.session.execute(
-                insert(usage_daily).from_select(["day", *labels, *_SUM_COLUMNS], source)
-            )
+        if not days:
+            return
+        await self.session.execute(_daily_rollup(), {"days": sorted(set(days))})
 
     async def totals(
         self, by: GroupBy, start: datetime, end: datetime, tenant: str | None = None

@@ -1,0 +1,108 @@
+"""The usage repository's one-statement writes on real Postgres: a flush's hourly rows replace the
+stored ones (one row per key, the last given winning), and rebuilding a day leaves exactly the sums of
+its hours, so a group whose hours were all billed elsewhere (a pod's job learnt late) disappears."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from tessera.core.db.engine import make_engine, make_session_factory
+from tessera.core.db.migrations import migrate
+from tessera.telemetry.adapters import orm
+from tessera.telemetry.domain.attribution import UNKNOWN
+from tessera.telemetry.domain.usage import UsageKey, UsageRow
+from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
+from tessera.telemetry.service_layer.usage import record_usage
+
+pytestmark = pytest.mark.integration
+
+DAY = datetime(2026, 11, 20, tzinfo=UTC)
+
+
+@pytest.fixture
+async def units(fresh_database: str) -> AsyncIterator[Any]:
+    await asyncio.to_thread(migrate, "telemetry", fresh_database)
+    engine = make_engine(fresh_database, pool_size=1)
+    sessions = make_session_factory(engine)
+    try:
+        yield lambda: TelemetryUnitOfWork(sessions, orm.outbox, orm.inbox, "tessera/telemetry")
+    finally:
+        await engine.dispose()
+
+
+def row(hour: int, pod: str, job: str, allocated: float, day: datetime = DAY) -> UsageRow:
+    at = day + timedelta(hours=hour)
+    key = UsageKey(at, "n0", f"GPU-{pod}", "ml", pod, "main")
+    return UsageRow(
+        key, job, "research", "team-a", "a100", "on-demand", "requested", allocated, allocated / 2,
+        1000.0, 0.0, allocated / 900, 10, at, at + timedelta(minutes=5),
+    )  # fmt: skip
+
+
+async def query(units: Any, sql: str) -> list[tuple[Any, ...]]:
+    async with units() as uow:
+        return [tuple(r) for r in await uow.session.execute(text(sql))]
+
+
+async def save(units: Any, rows: list[UsageRow]) -> None:
+    async with units() as uow:
+        await record_usage(uow, rows)
+        await uow.commit()
+
+
+DAILY = "SELECT day, job_id, allocated_gpu_s, samples FROM telemetry.usage_daily ORDER BY 1, 2"
+
+
+async def test_a_day_rebuilt_holds_exactly_its_hours_sums(units: Any) -> None:
+    # first flush: the pod's job is not known yet; the next day has a row of its own
+    await save(
+        units,
+        [
+            row(1, "p", UNKNOWN, 100.0),
+            row(2, "q", "job-b", 50.0),
+            row(1, "q", "job-b", 5.0, DAY + timedelta(days=1)),
+        ],
+    )
+    assert await query(units, DAILY) == [
+        (DAY, "job-b", 50.0, 10),
+        (DAY, UNKNOWN, 100.0, 10),
+        (DAY + timedelta(days=1), "job-b", 5.0, 10),
+    ]
+    # the placement arrived: the same hour, now billed to its job, and more of it
+    await save(units, [row(1, "p", "job-a", 130.0)])
+    assert await query(units, DAILY) == [
+        (DAY, "job-a", 130.0, 10),
+        (DAY, "job-b", 50.0, 10),
+        (DAY + timedelta(days=1), "job-b", 5.0, 10),  # a day not touched stays as it was
+    ]
+    # the same rows again change nothing
+    await save(units, [row(1, "p", "job-a", 130.0), row(2, "q", "job-b", 50.0)])
+    assert await query(units, DAILY) == [
+        (DAY, "job-a", 130.0, 10),
+        (DAY, "job-b", 50.0, 10),
+        (DAY + timedelta(days=1), "job-b", 5.0, 10),
+    ]
+
+
+async def test_hourly_rows_replace_the_stored_ones_and_the_last_of_a_key_wins(units: Any) -> None:
+    first = row(3, "p", "job-a", 10.0)
+    await save(units, [first])
+    later = replace(first, allocated_gpu_s=20.0, samples=11, split="memory")
+    await save(units, [replace(first, allocated_gpu_s=15.0), later])
+    hourly = await query(
+        units,
+        "SELECT window_start, pod, job_id, allocated_gpu_s, samples, split, first_at, last_at FROM telemetry.usage_hourly",
+    )
+    assert hourly == [
+        (first.key.window_start, "p", "job-a", 20.0, 11, "memory", first.first_at, first.last_at)
+    ]
+    async with units() as uow:
+        restored = await uow.usage.rows_since(DAY)
+    assert restored == [later]

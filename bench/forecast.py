@@ -321,7 +321,7 @@ def plot(path: Path, y: np.ndarray, forecasts: np.ndarray, sim: Simulation, q: f
     top.set_ylabel("load")
     top.legend(loc="upper left", fontsize=8)
     bottom.step(t, sim.need, lw=0.8, color="black", label="replicas needed")
-    bottom.step(t, sim.reactive(0.0), lw=0.8, color="tab:red", alpha=0.7, label="reactive (h = 0)")
+    bottom.step(t, sim.reactive_learnt(q), lw=0.8, color="tab:red", alpha=0.7, label=f"reactive (q = {q})")
     bottom.step(t, sim.tessera(q), lw=0.8, color="tab:blue", alpha=0.8, label=f"tessera (q = {q})")
     bottom.axvline(sim.warmup / 60.0, color="grey", ls=":", lw=0.8)
     bottom.set_ylabel(f"replicas (lag {L})")

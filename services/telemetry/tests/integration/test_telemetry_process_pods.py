@@ -52,9 +52,13 @@ def pod(name: str, containers: list[str], node: str | None = NODE) -> client.V1P
     )
 
 
+def _any(value: Any) -> Any:
+    return value
+
+
 def running(core: client.CoreV1Api, name: str) -> Any:
     return wait_for(
-        lambda: (p := core.read_namespaced_pod(name, "team-a")).status.phase == "Running" and p,
+        lambda: (p := _any(core.read_namespaced_pod(name, "team-a"))).status.phase == "Running" and p,
         what=f"pod {name} running",
     )
 
@@ -83,7 +87,8 @@ def pods(cluster: DevCluster) -> dict[str, str]:
             {"name": "sidecar", "containerID": f"containerd://{SIDECAR_ID}"},
         ]
         core.patch_namespaced_pod_status("trainer", "team-a", {"status": {"containerStatuses": ids}})
-        return {p.metadata.name: p.metadata.uid for p in core.list_namespaced_pod("team-a").items}
+        made: list[Any] = core.list_namespaced_pod("team-a").items
+        return {str(p.metadata.name): str(p.metadata.uid) for p in made}
 
 
 def test_the_resolver_names_devcluster_pods_and_containers_from_cgroups(

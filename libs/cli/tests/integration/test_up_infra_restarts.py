@@ -115,7 +115,8 @@ async def test_a_second_up_after_a_postgres_sigkill_waits_for_its_recovery(state
     assert (state_dir / "endpoints.json").exists(), "a run killed with SIGKILL leaves its endpoints"
     second = Up(state_dir, services="admission")
     try:
-        _wait_for_output(second, "Tessera is up")
+        # crash recovery, migrations and every service's start: as long as the endpoints may take
+        _wait_for_output(second, "Tessera is up", within=180)
         again = second.endpoints()
         assert again["database_url"] == database_url
         assert await _insert(database_url, "b-second") == ["a-first", "b-second"]

@@ -216,10 +216,12 @@ async def test_a_tenant_added_later_gets_its_user_on_reload_and_its_credentials_
                 return await nats.connect(
                     document["url"], inbox_prefix=document["inbox_prefix"], allow_reconnect=False
                 )
-            except nats.errors.Error:  # refused until the server has read its configuration again
+            # refused until the server has read its configuration again; a loaded server may also
+            # drop the connection mid-handshake while it reloads
+            except (nats.errors.Error, OSError):
                 await asyncio.sleep(0.1)
 
-    nc = await asyncio.wait_for(connected(), 10)
+    nc = await asyncio.wait_for(connected(), 30)
     ack = await nc.jetstream().publish(document["subject"], b"{}")
     assert ack.stream == "TESSERA_ADMISSION"
     await nc.close()

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from tessera.contracts.events import PodGpuShare
 from tessera.telemetry.adapters.processes import ProcessResolver
@@ -26,6 +27,7 @@ from tessera.telemetry.domain.attribution import (
 from tessera.telemetry.domain.cgroups import PodIdentity
 from tessera.telemetry.domain.model import Reading
 from tessera.telemetry.domain.pod_usage import node_batches
+from tessera.telemetry.entrypoints.metrics import usage_metrics
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 GPU = "GPU-shared"
@@ -188,6 +190,9 @@ async def test_nvml_names_each_process_pod_container_and_sm_share(tmp_path: Path
         (303, 0, None, None, 0.0),
     ]
     assert source.resolver is not None and source.resolver.unknown == 1
+    registry = CollectorRegistry()
+    usage_metrics(registry).record_processes(source.resolver.unknown)
+    assert registry.get_sample_value("tessera_usage_unknown_processes") == 1
     await source.read(NOW)
     assert nvml.asked == [0, 2_000]  # the next read asks for samples newer than the last one seen
     await source.close()

@@ -54,6 +54,11 @@ class UsageMetrics:
             "Nodes attributed without the kubelet's PodResources API",
             registry=registry,
         )
+        self.unknown_processes = Gauge(
+            "tessera_usage_unknown_processes",
+            "GPU processes whose pod could not be named from their cgroup (they stay pid/<n>), since start",
+            registry=registry,
+        )
 
     def record(
         self,
@@ -76,6 +81,9 @@ class UsageMetrics:
         for node, skew in stats.worst_skew_s.items():
             self.skew.labels(node).set(skew)
         self.fallback.set(fallback)
+
+    def record_processes(self, unknown: int) -> None:
+        self.unknown_processes.set(unknown)
 
 
 _BY_REGISTRY: WeakKeyDictionary[CollectorRegistry, UsageMetrics] = WeakKeyDictionary()

@@ -12,6 +12,7 @@ from tessera.contracts.events import GpuSample, PodGpuShare, PodGpuUsage
 from tessera.core.messaging.envelope import encode
 from tessera.core.runner import ServiceContext
 from tessera.core.waits import wait_any
+from tessera.telemetry.adapters.processes import ProcessResolver
 from tessera.telemetry.domain.attributed import AttributedGpu
 from tessera.telemetry.domain.model import Reading, SourceUnavailable, with_health
 from tessera.telemetry.domain.pod_usage import node_batches
@@ -239,6 +240,9 @@ async def _account(t: Telemetry, readings: list[Reading], now: datetime) -> None
     usage_metrics(t.ctx.metrics.registry).record(
         ledger.accountant.take_sums(), t.currency, ledger.accountant.stats, len(attributed.fallback_nodes)
     )
+    resolver: ProcessResolver | None = getattr(t.source, "resolver", None)
+    if resolver is not None:
+        usage_metrics(t.ctx.metrics.registry).record_processes(resolver.unknown)
     last = _last_flush.setdefault(id(t), now)
     if (now - last).total_seconds() >= t.usage_flush_s:
         await _flush_usage(t, now)

@@ -58,3 +58,14 @@ def test_tessera_calibrates_its_margin_where_the_engine_seeded_it() -> None:
     # unseeded, also until 10 forecasts have been judged
     assert seeded.evaluate(seeded.tessera(0.9)) == {"under_pct": 5.0, "over_replicas": 0.0}
     assert plain.evaluate(plain.tessera(0.9))["under_pct"] > 30
+
+
+def test_the_learnt_margin_reactive_covers_a_rise_its_warm_up_has_seen() -> None:
+    # load alternates 10 and 20 every 3 steps: 3 steps on, a reading is 10 short half the time
+    y = np.array(([10.0] * 3 + [20.0] * 3) * 20)  # peak 20: capacity 1 per replica
+    sim = Simulation(y, warmup=30, lag=3, forecasts=np.full((len(y), 6), np.nan))
+    learnt = sim.reactive_learnt(0.9)  # learnt over the warm-up: q90 of {-10, +10} is +10
+    assert sim.evaluate(learnt)["under_pct"] == 0.0
+    assert sim.evaluate(sim.reactive(0.0))["under_pct"] == pytest.approx(50.0)
+    held = sim.hpa_learnt(0.9)
+    assert (held >= learnt).all()

@@ -11,9 +11,13 @@ as one telemetry instance would see it, on simulated nodes of 8 A100-80GB GPUs, 
 * each round, per node, a PodResources `List` answer (device grants: whole GPUs, `<uuid>::<n>`
   replicas) is turned into holders and each GPU reading is split among them (by process memory,
   which the readings carry), counted by the accountant (hourly rows, idle runs, cost at an on-demand
-  price) and observed for rightsizing; exactly the service's `UsageLedger.count` path.
+  price) and observed for rightsizing; exactly the service's `UsageLedger.count` path;
+* every 30 simulated seconds (the service's `usage.flush_interval_s`) the changed rows and new
+  rightsizing findings are stored as the sampler's `_flush_usage` stores them (`record_usage`,
+  `record_recommendations`, one telemetry unit of work) on a new migrated database of a real
+  PostgreSQL (embedded unless --database-url names a server), and the ended hours are closed.
 
-Checks and figures:
+Checks and figures (the rows are read back from the database):
   accounted_gpu_hours / trace_gpu_hours / error_pct
       used GPU-hours accounted against the trace's own integral (each container's duty cycle as a step
       function over its time span, times its share), which must agree within 0.5 %;
@@ -22,11 +26,20 @@ Checks and figures:
   rightsizing_saving_gpu_hours
       for every pod recommended a smaller share: (held - recommended) x the hours it ran after the
       recommendation, what acting at once would have saved;
+  flushes, rows_written, stored_rows
+      what the flushes stored;
   replay_idempotent
-      the last hour replayed again changes no row;
+      the last hour replayed again, into the same ledger and into one restored from the stored rows
+      (a restart), and flushed, changes no stored row;
   samples_per_s, cpu_pct_per_1000_gpus
-      GPU readings ingested per CPU-second of this process (attribution, accounting, rightsizing), and
-      the CPU one telemetry instance needs for 1,000 GPUs read every 10 s (100 readings/s).
+      GPU readings ingested per CPU-second of this process, counting and flushing (attribution,
+      accounting, rightsizing, storing), and the CPU one telemetry instance needs for 1,000 GPUs read
+      every 10 s (100 readings/s); domain_* are the same without the flush, flush_cpu_s the flush's;
+  db_server_cpu_s, db_server_cpu_pct_per_1000_gpus
+      the PostgreSQL server's CPU over the replay (from /proc; null when it is not a local process);
+  save_cpu_ms_per_flush
+      `record_usage` of one flush's rows, the old repository (--baseline: row-by-row executemany)
+      against the service's, alternating on the same stored rows.
 Goals: error within 0.5 %, >= 50,000 samples/s, < 5 % of one core per 1,000 GPUs.
 """
 

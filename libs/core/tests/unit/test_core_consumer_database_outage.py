@@ -166,10 +166,13 @@ class Subscription:
     def __init__(self, batches: list[list[Msg]], stop: asyncio.Event) -> None:
         self.batches = batches
         self.stop = stop
+        self.lingering = False
 
     async def fetch(self, batch: int, **__: Any) -> list[Msg]:
-        if batch > 1:  # the linger after the first message: nothing more arrives
+        if self.lingering:  # the linger pull after a batch: nothing more arrives
+            self.lingering = False
             raise TimeoutError
+        self.lingering = True
         if not self.batches:
             self.stop.set()
             raise TimeoutError

@@ -6,6 +6,12 @@ from typing import Any
 
 import pytest
 
+from tessera.cluster.conventions.names import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    GPU_REPLICAS_LABEL,
+    GPU_SHARING_STRATEGY_LABEL,
+    SLICING_DEVICE_PLUGIN_CONFIG_PREFIX,
+)
 from tessera.cluster.domain import Pod
 from tessera.contracts.events import GpuInventory, NodeInventory
 from tessera.contracts.jobs import JobSpec
@@ -159,3 +165,20 @@ def test_a_job_s_gated_pods_are_not_its_members_until_admission_removes_the_gate
     released = Pod("ml", "web-b", scheduler_name="tessera", labels=labels)
     other = Pod("ml", "web-c", scheduler_name="default-scheduler", labels=labels)
     assert [p.name for p in job_members([gated, released, other], JOB_ID)] == ["web-b"]
+
+
+def test_inventory_nodes_slicing_time_sliced_place_shares_by_their_replicas() -> None:
+    def node(labels: dict[str, str]) -> NodeInventory:
+        gpus = [GpuInventory(index=i, uuid=f"GPU-{i}", model="A100-80GB", memory_mib=81920) for i in range(2)]
+        return NodeInventory(name="n1", cpu_milli=64_000, memory_mib=512_000, labels=labels, gpus=gpus)
+
+    sliced = {
+        GPU_SHARING_STRATEGY_LABEL: "time-slicing",
+        DEVICE_PLUGIN_CONFIG_LABEL: f"{SLICING_DEVICE_PLUGIN_CONFIG_PREFIX}a100",
+        GPU_REPLICAS_LABEL: "4",
+    }
+    assert [gpu.replicas for gpu in inventory_node(node(sliced)).gpus] == [4, 4]
+    by_hand = {**sliced, DEVICE_PLUGIN_CONFIG_LABEL: "ts-4"}
+    assert [gpu.replicas for gpu in inventory_node(node(by_hand)).gpus] == [1, 1]
+    malformed = {**sliced, GPU_REPLICAS_LABEL: "four"}
+    assert [gpu.replicas for gpu in inventory_node(node(malformed)).gpus] == [1, 1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -116,6 +117,12 @@ async def test_a_pod_without_sim_duration_keeps_running(cluster: DevCluster) -> 
     await eventually(lambda: phase(cluster, "timed") == "Succeeded")
 
     assert phase(cluster, "server") == "Running"
+    # each container carries the id its runtime gave it, distinct per pod, as the kubelet reports
+    ids = [
+        cluster.store.get(PODS, "default", name)["status"]["containerStatuses"][0]["containerID"]
+        for name in ("server", "timed")
+    ]
+    assert all(re.fullmatch(r"containerd://[0-9a-f]{64}", i) for i in ids) and len(set(ids)) == 2, ids
 
 
 async def test_pods_fail_with_node_lost_when_their_node_is_lost(cluster: DevCluster) -> None:

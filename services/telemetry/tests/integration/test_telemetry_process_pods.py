@@ -95,14 +95,17 @@ def test_the_resolver_names_devcluster_pods_and_containers_from_cgroups(
     cluster: DevCluster, pods: dict[str, str], tmp_path: Path
 ) -> None:
     trainer, server, elsewhere = pods["trainer"], pods["server"], pods["elsewhere"]
+    with api_client(cluster) as api:  # the id the devcluster's kubelet reported for the server
+        status = client.CoreV1Api(api).read_namespaced_pod("server", "team-a").status
+        server_id = str(status.container_statuses[0].container_id).removeprefix("containerd://")
     proc = write_proc(
         tmp_path / "proc",
         {
             # systemd driver: the trainer's worker and sidecar
             101: f"/kubepods.slice/kubepods-pod{trainer.replace('-', '_')}.slice/cri-containerd-{WORKER_ID}.scope",
             102: f"/kubepods.slice/kubepods-pod{trainer.replace('-', '_')}.slice/cri-containerd-{SIDECAR_ID}.scope",
-            # cgroupfs driver: the server's only container, whose status names no id
-            103: f"/kubepods/burstable/pod{server}/{'2d' * 32}",
+            # cgroupfs driver: the server's only container, by the id its status reports
+            103: f"/kubepods/burstable/pod{server}/{server_id}",
             104: f"/kubepods/burstable/pod{elsewhere}/{'3c' * 32}",  # a pod on no node, not this one's
             105: "/system.slice/nvidia-persistenced.service",
         },

@@ -267,6 +267,9 @@ class Kubelet:
                         "image": c.get("image", ""),
                         # required by the API (the official client rejects a status without it)
                         "imageID": _image_id(c.get("image", "")),
+                        # what the runtime named it: the id in the container's cgroup path, which is
+                        # how a node agent (telemetry) maps a GPU process to its container
+                        "containerID": _container_id(uid, c.get("name", "main")),
                         "ready": True,
                         "started": True,
                         "restartCount": 0,
@@ -416,6 +419,11 @@ def _pod_ip(host: str, name: str) -> str:
     """A pod address in the node's own /24 of the pod network (10.64+.x.y for node 10.0.a.b)."""
     parts = host.split(".")
     return f"10.{64 + int(parts[2])}.{parts[3]}.{zlib.crc32(name.encode()) % 250 + 2}"
+
+
+def _container_id(pod_uid: str, container: str) -> str:
+    """A containerd id, stable for the pod's container, in the form the kubelet reports it."""
+    return f"containerd://{hashlib.sha256(f'{pod_uid}/{container}'.encode()).hexdigest()}"
 
 
 def _image_id(image: str) -> str:

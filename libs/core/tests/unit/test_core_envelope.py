@@ -34,6 +34,8 @@ def test_decode_round_trips_and_parses_to_the_contract_type() -> None:
     subject, headers, body = encode(event, "src")
     envelope = decode(subject, headers, body)
     assert envelope.parse() == event
+    assert envelope.parse() is envelope.parse(), "validated once: the handler reuses the intake's parse"
+    assert envelope == decode(subject, headers, body), "the cached parse is not part of equality"
     assert envelope.subject == "j1"
     assert envelope.trace_headers == {}
 

@@ -36,16 +36,22 @@ class Envelope:
     data: dict[str, Any]
     nats_subject: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: the body once validated: the consumer validates at intake, and the handler's parse reuses it
+    _parsed: Message | None = field(default=None, init=False, repr=False, compare=False)
 
     def parse(self) -> Message:
-        """The body as its contract type, validated."""
+        """The body as its contract type, validated (once: later calls return the same message)."""
+        if self._parsed is not None:
+            return self._parsed
         model = BY_TYPE.get(self.type)
         if model is None:
             raise EnvelopeError(f"unknown type {self.type!r}")
         try:
-            return model.model_validate(self.data)
+            parsed = model.model_validate(self.data)
         except ValidationError as exc:
             raise EnvelopeError(f"body does not match {self.type}: {exc.errors()[:3]}") from exc
+        object.__setattr__(self, "_parsed", parsed)  # a cache on a frozen envelope
+        return parsed
 
     @property
     def trace_headers(self) -> dict[str, str]:

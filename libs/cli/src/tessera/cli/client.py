@@ -67,17 +67,36 @@ def bearer_token() -> str | None:
         return None
 
 
-def admission_client(api: str | None) -> httpx.Client:
+def admission_client(api: str | None, *, handled: frozenset[int] = frozenset()) -> httpx.Client:
     """A client of admission at ``api``, else where the state directory's stack runs; sends
-    ``bearer_token()`` when there is one."""
+    ``bearer_token()`` when there is one. Statuses in ``handled`` are left to the caller."""
     token = bearer_token()
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def report(response: httpx.Response) -> None:
+        if response.status_code not in handled:
+            _report_common_errors(response)
+
     return httpx.Client(
         base_url=api or admission_url(state_dir()),
         timeout=15,
         headers=headers,
-        event_hooks={"response": [_report_common_errors]},
+        event_hooks={"response": [report]},
     )
+
+
+RETRY_WAIT_MAX_S = 30.0
+"""The longest a command waits before trying again, whatever ``Retry-After`` asks."""
+
+
+def retry_wait(response: httpx.Response, default: float = 1.0) -> float:
+    """Seconds to wait before trying again: the response's ``Retry-After`` (seconds), within
+    0..``RETRY_WAIT_MAX_S``, else ``default``."""
+    try:
+        after = float(response.headers.get("Retry-After", default))
+    except ValueError:
+        after = default
+    return min(max(after, 0.0), RETRY_WAIT_MAX_S)
 
 
 def error_message(response: httpx.Response) -> str:

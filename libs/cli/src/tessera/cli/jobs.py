@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tessera.cli.client import admission_client, fail_on_error, unreachable
+from tessera.cli.client import admission_client, error_message, fail_on_error, retry_wait, unreachable
 from tessera.cli.explain import explain as explain_job
 from tessera.cli.explain import render
 
@@ -53,15 +55,37 @@ def _fail_unreachable(api: str, exc: httpx.HTTPError) -> typer.Exit:
 
 @app.command()
 def submit(
-    file: Annotated[Path, typer.Argument(help="a job spec, YAML or JSON")], api: ApiOption = None
+    file: Annotated[Path, typer.Argument(help="a job spec, YAML or JSON")],
+    api: ApiOption = None,
+    retries: Annotated[
+        int,
+        typer.Option(
+            "--retries",
+            min=0,
+            help="times to submit again while admission answers 503 (its database or messaging is "
+            "briefly away), waiting what its Retry-After asks; every try sends the same "
+            "Idempotency-Key, so the job is stored once",
+        ),
+    ] = 5,
 ) -> None:
     """Submit a job; prints its id. A rejected job prints each offending field and the reason."""
     spec = load_job_file(file)
-    with _client(api) as client:
-        try:
-            response = client.post("/v1/jobs", json=spec)
-        except httpx.HTTPError as exc:
-            raise _fail_unreachable(str(client.base_url), exc) from exc
+    key = str(uuid.uuid4())
+    with admission_client(api, handled=frozenset({503})) as client:
+        for attempt in range(1, retries + 2):
+            try:
+                response = client.post("/v1/jobs", json=spec, headers={"Idempotency-Key": key})
+            except httpx.HTTPError as exc:
+                raise _fail_unreachable(str(client.base_url), exc) from exc
+            if response.status_code != 503 or attempt > retries:
+                break
+            wait = retry_wait(response)
+            err.print(
+                f"admission is unavailable ({escape(error_message(response))}); "
+                f"trying again in {wait:g}s ({attempt} of {retries})",
+                soft_wrap=True,
+            )
+            time.sleep(wait)
     if response.status_code != 422:
         fail_on_error(response)
     body = response.json()

@@ -76,7 +76,8 @@ def up(state_dir: str, services: str | None) -> int:
     options = UpOptions(
         state_dir=Path(state_dir),
         services=tuple(services.split(",")) if services else SERVICES,
-        ready_timeout=float(os.environ.get("FAKE_READY_TIMEOUT", "30")),
+        # generous: on a loaded 2-core CI machine a devcluster once took over 30 s to answer
+        ready_timeout=float(os.environ.get("FAKE_READY_TIMEOUT", "120")),
         stop_timeout=5,
         use_default_ports=False,
         devcluster=os.environ.get("FAKE_DEVCLUSTER", "1") == "1",

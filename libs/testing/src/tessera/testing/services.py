@@ -78,9 +78,10 @@ async def read_stream(js: JetStreamContext, subject: str, *, idle_s: float = 0.5
 
 
 async def eventually(
-    probe: Any, *, timeout: float = 20.0, interval: float = 0.1, what: str = "condition"
+    probe: Any, *, timeout: float = 45.0, interval: float = 0.1, what: str = "condition"
 ) -> Any:
-    """Poll an async probe until it returns a truthy value; fail naming what was awaited."""
+    """Poll an async probe until it returns a truthy value; fail naming what was awaited. The default
+    wait is long enough for a loaded 2-core CI machine; a passing test never waits it out."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:

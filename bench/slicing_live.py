@@ -9,7 +9,9 @@ window); the other pods alive then are pending shares of `--milli` each (no hist
 requested milli). The service's own planner (`plan_cluster`) chooses the replicas; the scheduler's
 own framework (default profile) then places pending shares until one does not fit, once as it places
 now (by free replicas, the node under slicing's config) and once by milli alone (the same replicas
-set by hand: milli within 1000, as it placed every time-sliced GPU before). The pods' real use over
+set by hand: milli within 1000, as it placed every time-sliced GPU before), and once by free replicas
+under the planner's former rule (replicas from the GPU where the most pending shares fit, every GPU
+then taking that many; now the fewest any GPU can take within the budget). The pods' real use over
 the next `--ahead` minutes says how often a GPU would have been over 100 %. For scale, the offline
 replay's packing (`pack_by_usage`, every pod by its history, no pod kept where it runs) of the pods
 alive then that have history.
@@ -50,7 +52,7 @@ from tessera.scheduler.domain.snapshot import Allocation
 from tessera.slicing.domain.cluster_plan import GpuState, NodeState, PlannerSettings, plan_cluster
 from tessera.slicing.domain.demand import PodShape
 from tessera.slicing.domain.layout import GpuLayout
-from tessera.slicing.domain.time_slicing import PodUse, pack_by_usage
+from tessera.slicing.domain.time_slicing import PodUse, fit_by_usage, pack_by_usage
 
 NODE = "live-0"
 START_REPLICAS = 2
@@ -155,6 +157,18 @@ def run(path: Path, at: int, milli: int, gpus: int, ahead: int) -> dict[str, Any
     planning_cpu = time.process_time() - started
     config = f"{SLICING_DEVICE_PLUGIN_CONFIG_PREFIX}bench"
     now = schedule(replicas, config, gpus, running, pending, milli)
+    # the rule before: the node's replicas from the GPU where the most pending shares fit
+    widest = max(
+        fit_by_usage(
+            [g.pods],
+            [milli] * len(pending),
+            settings.max_replicas,
+            settings.usage.overload_budget,
+            settings.usage.half_life_minutes,
+        ).replicas
+        for g in node.gpus
+    )
+    widest_on = schedule(widest, config, gpus, running, pending, milli)
     before = schedule(replicas, "ts-by-hand", gpus, running, pending, milli)  # milli within 1000
     known = [list(h) for p in alive if (h := history[p]) is not None]
     offline = pack_by_usage(
@@ -184,6 +198,8 @@ def run(path: Path, at: int, milli: int, gpus: int, ahead: int) -> dict[str, Any
         "plan_reason": plan.changes[0].reason if plan.changes else None,
         "planning_cpu_s": round(planning_cpu, 3),
         "by_replicas": figures(now),
+        "replicas_by_widest_gpu": widest,
+        "by_replicas_widest_gpu": figures(widest_on),
         "by_milli_only": figures(before),
         "offline_pods_with_history": len(known),
         "offline_pods_per_gpu": round(len(known) / max(1, len(offline.gpus)), 2),

@@ -36,6 +36,8 @@ def test_the_scheduler_fills_the_replicas_the_planner_grew(tmp_path: Path) -> No
     assert result["by_replicas"]["max_milli_on_a_gpu"] == 400 * replicas > 1000
     assert result["by_milli_only"]["pods_per_gpu"] == 2, "two shares of 400 milli fit 1000"
     assert result["by_replicas"]["overload_next_hour_pct"] == 0.0
+    # uniform GPUs: the former rule (the widest GPU) and the new (the tightest) agree
+    assert result["replicas_by_widest_gpu"] == replicas
 
 
 def test_a_minute_outside_the_trace_is_refused_naming_the_flag(

@@ -99,6 +99,23 @@ def test_pods_whose_busy_minutes_meet_keep_pending_shares_off() -> None:
     assert fit.placed == () and fit.replicas == 1  # 110 % in a third of the minutes
 
 
+def test_a_node_with_a_hot_gpu_gets_the_hot_gpus_bound() -> None:
+    hot = [PodUse("h1", 400, (55.0,) * 30), PodUse("h2", 400, (35.0,) * 30)]
+    idle: list[PodUse] = []
+    fit = fit_by_usage([hot, idle], [100] * 8, 16, 0.01, 10.0)
+    # the hot GPU takes one 10 % share (55 + 35 + 10 reaches 100, two pass it); replicas are node-wide, so the
+    # idle GPU, which alone would take ten, gets three as well
+    assert fit.replicas == 3
+    assert fit.placed == (100, 100, 100, 100)  # one beside the hot pods, three on the idle GPU
+
+
+def test_replicas_never_drop_below_what_running_pods_hold() -> None:
+    crowded = [PodUse(f"c{i}", 100, (30.0,) * 30) for i in range(4)]  # 120 %: over already
+    fit = fit_by_usage([crowded, [_light("a")]], [100, 100], 16, 0.01, 10.0)
+    assert fit.replicas == 4  # the crowded GPU's four pods keep their slices
+    assert fit.placed == (100, 100)  # the light GPU fills up to four
+
+
 # the planner --------------------------------------------------------------------------------------
 
 

@@ -228,7 +228,7 @@ class PodUse:
 class UsageFit:
     """Pending shares that join a time-sliced node's GPUs by measured use, and the replicas it takes."""
 
-    replicas: int  # the most pods any of the GPUs holds then
+    replicas: int  # the node's replicas: what its most loaded GPU still allows (never below held)
     placed: tuple[int, ...]  # milli of the pending shares placed
     running: int  # pods already on the GPUs
     measured: int  # of those, pods sized by their measured use (the rest by requested milli)
@@ -243,7 +243,12 @@ def fit_by_usage(
 ) -> UsageFit:
     """Place pending shares (milli, no history) beside the pods on each GPU, with `pack_by_usage` as
     the test of a GPU's pods fitting: pods with history count by their measured use, the others (the
-    pending shares among them) by their requested milli, as a flat series. Pods stay on their GPU."""
+    pending shares among them) by their requested milli, as a flat series. Pods stay on their GPU.
+
+    The device plugin's replicas are node-wide and a scheduler fills any free replica whatever the
+    pod's milli, so every GPU of the node may end up holding ``replicas`` pods: the replicas are the
+    fewest pods any GPU can hold within the budget (each GPU tried alone against all the pending
+    shares), never fewer than a GPU already holds (no running pod loses its slice)."""
     minutes = max((len(p.history) for g in gpus for p in g if p.history is not None), default=1)
 
     def series(pod: PodUse) -> list[float]:
@@ -251,14 +256,13 @@ def fit_by_usage(
             return list(pod.history)
         return [min(100.0, pod.milli / 10.0)] * minutes
 
-    left = sorted(shares, reverse=True)
-    placed: list[int] = []
-    counts: list[int] = []
-    for members in gpus:
+    def fill(members: Sequence[PodUse], left: list[int], limit: int) -> list[int]:
+        """The pending shares (from ``left``, largest first) this GPU takes up to ``limit`` pods."""
         histories = [series(p) for p in members]
+        taken: list[int] = []
         too_large = MILLI_PER_GPU + 1  # a share this large or larger did not fit this GPU
-        for share in list(left):
-            if len(histories) >= max_replicas:
+        for share in left:
+            if len(histories) >= limit:
                 break
             if share >= too_large:
                 continue
@@ -272,13 +276,22 @@ def fit_by_usage(
             )
             if len(packed.gpus) == 1:  # every pod stayed on the GPU: together they fit
                 histories = candidate
-                left.remove(share)
-                placed.append(share)
+                taken.append(share)
             else:
                 too_large = share
-        counts.append(len(histories))
+        return taken
+
+    pending = sorted(shares, reverse=True)
+    held = max((len(g) for g in gpus), default=0)
+    bound = min((len(g) + len(fill(g, pending, max_replicas)) for g in gpus), default=0)
+    replicas = max(held, bound)
+    placed: list[int] = []
+    for members in gpus:
+        for share in fill(members, pending, replicas):
+            pending.remove(share)
+            placed.append(share)
     return UsageFit(
-        replicas=max(counts, default=0),
+        replicas=replicas,
         placed=tuple(placed),
         running=sum(len(g) for g in gpus),
         measured=sum(1 for g in gpus for p in g if p.history is not None),

@@ -424,7 +424,8 @@ def _grow_by_use(
 
     `fit_by_usage` packs the pending shares beside each GPU's pods with `pack_by_usage` as the test:
     pods with history count by their measured use, the others (and the pending shares) by their
-    requested milli, and the node's replicas grow to the most pods a GPU then holds. Growing takes no
+    requested milli, and the node's replicas grow to the fewest pods any of its GPUs then fits
+    (replicas are node-wide: every GPU may be filled to them). Growing takes no
     replica a running pod holds, so busy GPUs may grow (no drain); the dwell time and the benefit test
     still apply. The reason says whether measured use or requested milli decided."""
     remaining = sorted(shares, reverse=True)

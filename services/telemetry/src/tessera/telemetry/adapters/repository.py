@@ -44,6 +44,7 @@ from tessera.telemetry.domain.rightsizing import Recommendation
 from tessera.telemetry.domain.rollups import Rollup
 from tessera.telemetry.domain.usage import HOUR_S, UsageKey, UsageRow
 from tessera.telemetry.domain.usage_report import GroupBy, UsageTotal
+from tessera.telemetry.domain.usage_series import HourSum
 
 
 class InventoryRepository(Protocol):
@@ -220,6 +221,12 @@ class UsageRepository(Protocol):
         self, by: GroupBy, start: datetime, end: datetime, tenant: str | None = None
     ) -> list[UsageTotal]: ...
 
+    async def hour_sums(
+        self, by: GroupBy, start: datetime, end: datetime, tenant: str | None = None
+    ) -> list[HourSum]:
+        """Per hour and group, the hourly rows summed (one query)."""
+        ...
+
 
 class RightsizingRepository(Protocol):
     async def open(
@@ -374,6 +381,9 @@ def _row_arrays(rows: Sequence[UsageRow]) -> dict[str, list[object]]:
     return out
 
 
+_GROUP_COLUMN = {"tenant": "tenant", "queue": "queue", "job": "job_id", "flavor": "flavor"}
+
+
 class SqlUsageRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
@@ -418,8 +428,7 @@ class SqlUsageRepository:
     async def totals(
         self, by: GroupBy, start: datetime, end: datetime, tenant: str | None = None
     ) -> list[UsageTotal]:
-        column = {"tenant": "tenant", "queue": "queue", "job": "job_id", "flavor": "flavor"}[by.value]
-        group = usage_hourly.c[column]
+        group = usage_hourly.c[_GROUP_COLUMN[by.value]]
         query = (
             select(
                 group.label("grp"),
@@ -447,6 +456,31 @@ class SqlUsageRepository:
             for r in rows
         ]
         return sorted(out, key=lambda t: (-t.cost, -t.allocated_gpu_hours, t.group))
+
+    async def hour_sums(
+        self, by: GroupBy, start: datetime, end: datetime, tenant: str | None = None
+    ) -> list[HourSum]:
+        h = usage_hourly.c
+        group = h[_GROUP_COLUMN[by.value]]
+        query = (
+            select(
+                h.window_start,
+                group.label("grp"),
+                *(func.sum(h[c]).label(c) for c in ("allocated_gpu_s", "used_gpu_s", "idle_gpu_s", "cost")),
+            )
+            .where(h.window_start >= start, h.window_start < end)
+            .group_by(h.window_start, group)
+            .order_by(h.window_start, group)
+        )
+        if tenant is not None:
+            query = query.where(h.tenant == tenant)
+        rows = (await self.session.execute(query)).mappings()
+        return [
+            HourSum(
+                r["window_start"], r["grp"], r["allocated_gpu_s"], r["used_gpu_s"], r["idle_gpu_s"], r["cost"]
+            )
+            for r in rows
+        ]
 
 
 class SqlRightsizingRepository:

@@ -1,5 +1,6 @@
 """`GET /v1/usage`: GPU-hours allocated, used and idle, memory and cost, per tenant, queue, job or
-flavor over a period, with the top wasters (jobs by idle GPU-hours).
+flavor over a period, with the top wasters (jobs by idle GPU-hours). `GET /v1/usage/series`: the
+same over time, one point per hour (mean GPUs allocated, used and idle) for the busiest groups.
 
 Tenant scoping. Admission issues the bearer tokens and keeps only their hashes; telemetry does not
 read admission's tables. It asks admission instead, with the caller's own token (ADR 0015):
@@ -26,6 +27,7 @@ import httpx
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from tessera.telemetry.domain.usage_report import GroupBy, UsageTotal
+from tessera.telemetry.domain.usage_series import MAX_HOURS, HourSum, Series, hour_floor, shape_series
 from tessera.telemetry.service_layer.dependencies import Telemetry
 
 router = APIRouter(prefix="/v1", tags=["usage"])
@@ -139,6 +141,14 @@ def _time(value: str | None, default: datetime, field: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def _period(start: str | None, end: str | None) -> tuple[datetime, datetime]:
+    to = _time(end, datetime.now(UTC), "to")
+    since = _time(start, to - timedelta(hours=24), "from")
+    if since >= to:
+        raise _invalid("from", "must be before to")
+    return since, to
+
+
 @router.get("/usage")
 async def get_usage(
     request: Request,
@@ -152,10 +162,7 @@ async def get_usage(
 ) -> dict[str, Any]:
     """GPU-hours allocated, used and idle, GPU memory and cost per tenant, queue, job or flavor."""
     scope = await caller_scope(request, tenant)
-    to = _time(end, datetime.now(UTC), "to")
-    since = _time(start, to - timedelta(hours=24), "from")
-    if since >= to:
-        raise _invalid("from", "must be before to")
+    since, to = _period(start, end)
     deps = _deps(request)
     rows: list[UsageTotal] = []
     wasters: list[UsageTotal] = []
@@ -175,4 +182,55 @@ async def get_usage(
         "currency": deps.currency,
         "rows": [_out(r) for r in rows],
         "top_wasters": [_out(w) for w in wasters],
+    }
+
+
+def _series_out(s: Series) -> dict[str, Any]:
+    return {
+        "group": s.group,
+        "allocated_gpu_hours": round(s.allocated_gpu_hours, 6),
+        "used_gpu_hours": round(s.used_gpu_hours, 6),
+        "cost": round(s.cost, 6),
+        "points": [
+            {
+                "hour": p.hour.isoformat(),
+                "allocated_gpus": round(p.allocated_gpus, 6),
+                "used_gpus": round(p.used_gpus, 6),
+                "idle_gpus": round(p.idle_gpus, 6),
+            }
+            for p in s.points
+        ],
+    }
+
+
+@router.get("/usage/series")
+async def get_usage_series(
+    request: Request,
+    by: GroupBy = GroupBy.TENANT,
+    start: Annotated[
+        str | None, Query(alias="from", description="ISO 8601; default: `to` minus 24 h")
+    ] = None,
+    end: Annotated[str | None, Query(alias="to", description="ISO 8601; default: now")] = None,
+    tenant: Annotated[str | None, Query(description="only this tenant")] = None,
+    top: Annotated[
+        int, Query(ge=1, le=20, description="groups with the most allocated GPU-hours; the rest as `other`")
+    ] = 5,
+) -> dict[str, Any]:
+    """Per group and hour, the mean GPUs allocated, used and idle (GPU-seconds / 3600)."""
+    scope = await caller_scope(request, tenant)
+    since, to = _period(start, end)
+    if to - hour_floor(since) > timedelta(hours=MAX_HOURS):
+        raise _invalid("from", f"a series covers at most {MAX_HOURS} hours; ask for a shorter period")
+    deps = _deps(request)
+    sums: list[HourSum] = []
+    if not scope.nothing:
+        async with deps.uow() as uow:
+            sums = await uow.usage.hour_sums(by, hour_floor(since), to, scope.tenant)
+    return {
+        "by": by.value,
+        "from": hour_floor(since).isoformat(),
+        "to": to.isoformat(),
+        "tenant": scope.tenant,
+        "currency": deps.currency,
+        "series": [_series_out(s) for s in shape_series(sums, since, to, top)],
     }

@@ -1,4 +1,5 @@
-"""`tessera usage`: tables, JSON and the PNG report from telemetry's GET /v1/usage."""
+"""`tessera usage`: tables and JSON from telemetry's GET /v1/usage, and the PNG report of allocated
+vs used GPUs over time from GET /v1/usage/series."""
 
 from __future__ import annotations
 
@@ -61,6 +62,43 @@ BODY: dict[str, Any] = {
 }
 
 
+def _points(allocated: list[float], used: list[float]) -> list[dict[str, Any]]:
+    return [
+        {
+            "hour": (NOW - timedelta(hours=len(allocated) - i)).isoformat(),
+            "allocated_gpus": a,
+            "used_gpus": u,
+            "idle_gpus": 0.0,
+        }
+        for i, (a, u) in enumerate(zip(allocated, used, strict=True))
+    ]
+
+
+SERIES: dict[str, Any] = {
+    "by": "tenant",
+    "from": "2026-11-23T09:00:00+00:00",
+    "to": "2026-11-23T12:00:00+00:00",
+    "tenant": None,
+    "currency": "USD",
+    "series": [
+        {
+            "group": "team-a",
+            "allocated_gpu_hours": 24.0,
+            "used_gpu_hours": 15.0,
+            "cost": 98.4,
+            "points": _points([8.0, 8.0, 8.0], [6.0, 5.0, 4.0]),
+        },
+        {
+            "group": "other",
+            "allocated_gpu_hours": 3.0,
+            "used_gpu_hours": 0.3,
+            "cost": 12.3,
+            "points": _points([2.0, 1.0, 0.0], [0.2, 0.1, 0.0]),
+        },
+    ],
+}
+
+
 @pytest.fixture
 def telemetry(monkeypatch: pytest.MonkeyPatch) -> list[httpx.Request]:
     asked: list[httpx.Request] = []
@@ -68,7 +106,8 @@ def telemetry(monkeypatch: pytest.MonkeyPatch) -> list[httpx.Request]:
     def get(url: str, params: dict[str, Any], headers: dict[str, str], timeout: float) -> httpx.Response:
         request = httpx.Request("GET", url, params=params, headers=headers)
         asked.append(request)
-        return httpx.Response(200, json=BODY, request=request)
+        body = SERIES if url.endswith("/v1/usage/series") else BODY
+        return httpx.Response(200, json=body, request=request)
 
     monkeypatch.setattr(usage.httpx, "get", get)
     monkeypatch.setenv("TESSERA_TELEMETRY_URL", "http://telemetry:8081")
@@ -109,11 +148,42 @@ def test_json_prints_telemetrys_answer(telemetry: list[httpx.Request]) -> None:
     assert telemetry[0].url.params["by"] == "job"
 
 
-def test_report_writes_a_png(telemetry: list[httpx.Request], tmp_path: Path) -> None:
+def test_report_plots_allocated_and_used_gpus_over_time(
+    telemetry: list[httpx.Request], tmp_path: Path
+) -> None:
     out = tmp_path / "usage.png"
-    result = CliRunner().invoke(app, ["usage", "report", "--png", str(out)])
+    result = CliRunner().invoke(app, ["usage", "report", "--png", str(out), "--top", "3", "--from", "3h"])
     assert result.exit_code == 0, result.output
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (request,) = telemetry
+    assert request.url.path == "/v1/usage/series" and request.url.params["top"] == "3"
+    from PIL import Image
+
+    with Image.open(out) as image:
+        assert image.format == "PNG" and image.size == (1000, 500)
+        # not a blank canvas: the lines and legend put many colours on it
+        assert len(image.convert("RGB").getcolors(maxcolors=1_000_000) or []) > 50
+
+
+def test_the_series_data_reaches_the_plot(tmp_path: Path) -> None:
+    plotted = usage.write_series_png(SERIES, tmp_path / "usage.png")
+    assert plotted["team-a/allocated"] == [8.0, 8.0, 8.0]
+    assert plotted["team-a/used"] == [6.0, 5.0, 4.0]
+    assert plotted["other/allocated"] == [2.0, 1.0, 0.0]
+    assert plotted["other/used"] == [0.2, 0.1, 0.0]
+    empty = usage.write_series_png({**SERIES, "series": []}, tmp_path / "empty.png")
+    assert empty == {} and (tmp_path / "empty.png").stat().st_size > 0
+
+
+def test_report_json_prints_the_series(telemetry: list[httpx.Request]) -> None:
+    result = CliRunner().invoke(app, ["usage", "report", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [s["group"] for s in json.loads(result.output)["series"]] == ["team-a", "other"]
+
+
+def test_report_without_an_output_says_what_to_give() -> None:
+    result = CliRunner().invoke(app, ["usage", "report"], env={"COLUMNS": "200"})
+    assert result.exit_code != 0
+    assert "give --png FILE, --json, or both" in result.output
 
 
 def test_an_unknown_grouping_is_refused() -> None:

@@ -1,5 +1,6 @@
 """`tessera usage`: who uses which GPU, how much, what it costs and what is wasted (telemetry's
-`GET /v1/usage`), as tables, JSON, or a PNG report."""
+`GET /v1/usage`), as tables or JSON; `tessera usage report`: allocated vs used GPUs over time for the
+busiest groups (`GET /v1/usage/series`), as a PNG or JSON."""
 
 from __future__ import annotations
 
@@ -51,7 +52,13 @@ def parse_time(text: str, now: datetime) -> datetime:
 
 
 def fetch(
-    by: str, start: str, end: str | None, tenant: str | None, top: int, api: str | None
+    by: str,
+    start: str,
+    end: str | None,
+    tenant: str | None,
+    top: int,
+    api: str | None,
+    path: str = "/v1/usage",
 ) -> dict[str, Any]:
     if by not in ("tenant", "queue", "job", "flavor"):
         raise typer.BadParameter(f"{by!r}: one of tenant, queue, job, flavor", param_hint="--by")
@@ -69,7 +76,7 @@ def fetch(
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     base = api or telemetry_url(state_dir())
     try:
-        response = httpx.get(f"{base}/v1/usage", params=params, headers=headers, timeout=30)
+        response = httpx.get(f"{base}{path}", params=params, headers=headers, timeout=30)
     except httpx.HTTPError as exc:
         err.print(f"[red]telemetry at {base} does not answer[/]: {exc}. Is the stack up (tessera up)?")
         raise typer.Exit(1) from exc
@@ -159,20 +166,100 @@ def usage(
 
 @app.command()
 def report(
-    png: Annotated[Path, typer.Option("--png", help="write the chart here")],
+    png: Annotated[Path | None, typer.Option("--png", help="write the chart here")] = None,
     by: By = "tenant",
     start: From = "24h",
     end: To = None,
     tenant: Tenant = None,
+    top: Annotated[int, typer.Option("--top", help="groups to draw; the rest as `other`")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="print telemetry's series as JSON")] = False,
     api: Api = None,
 ) -> None:
-    """A PNG chart of GPU-hours used, allocated but unused, and idle per group, with the cost."""
-    body = fetch(by, start, end, tenant, 5, api)
-    write_png(body, png)
-    console.print(f"wrote {png}")
+    """Allocated vs used GPUs over time (hourly means) for the busiest groups, with their cost."""
+    if png is None and not as_json:
+        raise typer.BadParameter("give --png FILE, --json, or both", param_hint="--png")
+    body = fetch(by, start, end, tenant, top, api, path="/v1/usage/series")
+    if as_json:
+        console.print_json(json.dumps(body))
+    if png is not None:
+        write_series_png(body, png)
+        if not as_json:
+            console.print(f"wrote {png}")
+
+
+def _naive_utc(text: str) -> datetime:
+    """An ISO 8601 time as naive UTC, which numpy's datetime64 takes without a warning."""
+    parsed = datetime.fromisoformat(text)
+    return (parsed.astimezone(UTC) if parsed.tzinfo else parsed).replace(tzinfo=None)
+
+
+_COLOURS = ("#264653", "#2a9d8f", "#e76f51", "#8d5fd3", "#e9c46a", "#457b9d", "#f4a261", "#6c757d")
+
+
+def write_series_png(body: dict[str, Any], path: Path) -> dict[str, list[float]]:
+    """The chart of `GET /v1/usage/series`: per group, allocated GPUs dashed and used GPUs solid, the
+    group's cost in the legend. Returns what was plotted: `<group>/allocated` and `<group>/used`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    currency = body.get("currency", "USD")
+    scope = f" (tenant {body['tenant']})" if body.get("tenant") else ""
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for i, s in enumerate(body["series"]):
+        colour = _COLOURS[i % len(_COLOURS)]
+        # each hour's mean drawn at the middle of its hour
+        hours = np.array(
+            [_naive_utc(p["hour"]) + timedelta(minutes=30) for p in s["points"]], dtype="datetime64[s]"
+        )
+        ax.plot(
+            hours,
+            [p["allocated_gpus"] for p in s["points"]],
+            linestyle="--",
+            color=colour,
+            gid=f"{s['group']}/allocated",
+        )
+        ax.plot(
+            hours,
+            [p["used_gpus"] for p in s["points"]],
+            color=colour,
+            label=f"{s['group']}: {s['allocated_gpu_hours']:,.1f} GPU-h, {s['cost']:,.2f} {currency}",
+            gid=f"{s['group']}/used",
+        )
+    if not body["series"]:
+        ax.text(0.5, 0.5, "no GPU usage in this period", ha="center", va="center", transform=ax.transAxes)
+    else:
+        ax.plot([], [], linestyle="--", color="grey", label="allocated (dashed)")
+        ax.plot([], [], color="grey", label="used (solid)")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))  # type: ignore[no-untyped-call]
+    fig.autofmt_xdate()
+    ax.set_ylabel("GPUs (hourly mean)")
+    ax.set_ylim(bottom=0)
+    limits = [_naive_utc(body["from"]), _naive_utc(body["to"])]
+    ax.set_xlim(*np.array(limits, dtype="datetime64[s]"))  # type: ignore[arg-type]
+    ax.grid(alpha=0.3)
+    ax.set_title(
+        f"GPUs allocated vs used by {body['by']}{scope}, {body['from'][:16]} .. {body['to'][:16]} UTC"
+    )
+    plotted = {
+        str(line.get_gid()): np.asarray(line.get_ydata(), dtype=float).tolist()
+        for line in ax.get_lines()
+        if line.get_gid()
+    }
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return plotted
 
 
 def write_png(body: dict[str, Any], path: Path) -> None:
+    """Bars of GPU-hours used, allocated but unused, and idle per group (the totals of
+    `GET /v1/usage`), with the cost."""
     import matplotlib
 
     matplotlib.use("Agg")

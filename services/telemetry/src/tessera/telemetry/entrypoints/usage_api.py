@@ -185,7 +185,8 @@ async def get_usage(
     }
 
 
-def _series_out(s: Series) -> dict[str, Any]:
+def series_out(s: Series) -> dict[str, Any]:
+    """One series as `GET /v1/usage/series` answers it (and `tessera usage report` draws it)."""
     return {
         "group": s.group,
         "allocated_gpu_hours": round(s.allocated_gpu_hours, 6),
@@ -232,5 +233,5 @@ async def get_usage_series(
         "to": to.isoformat(),
         "tenant": scope.tenant,
         "currency": deps.currency,
-        "series": [_series_out(s) for s in shape_series(sums, since, to, top)],
+        "series": [series_out(s) for s in shape_series(sums, since, to, top)],
     }

@@ -1,9 +1,9 @@
 """B7's PostgreSQL side: a migrated telemetry database, the service's usage flush on it, the rows read
 back, and the CPU the database server spends (from /proc, when the server runs on this machine).
 
-`flush` does what the sampler's `_flush_usage` (entrypoints/publishers.py) does every
+`flush` calls the service layer's `flush_usage`, which the sampler calls every
 `usage.flush_interval_s`: the accountant's changed rows and the new rightsizing recommendations go
-through the service layer's `record_usage` and `record_recommendations` in one telemetry unit of work
+through `record_usage` and `record_recommendations` in one telemetry unit of work
 (hourly rows replaced, the touched days rebuilt, findings opened and published through the outbox),
 then the hours that ended are closed in memory.
 """
@@ -32,7 +32,7 @@ from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.rightsizing import Recommendation
 from tessera.telemetry.domain.usage import UsageRow
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
-from tessera.telemetry.service_layer.usage import UsageLedger, record_recommendations, record_usage
+from tessera.telemetry.service_layer.usage import UsageLedger, flush_usage, record_usage
 
 
 @asynccontextmanager
@@ -136,19 +136,13 @@ class UsageStore:
             await uow.commit()
 
     async def flush(self, ledger: UsageLedger, now: datetime) -> list[Recommendation]:
-        """The sampler's `_flush_usage`; returns the recommendations it took (to score them)."""
-        rows = ledger.accountant.dirty()
-        recommendations = ledger.take_recommendations()
-        if rows or recommendations:
-            async with self.uow() as uow:
-                await record_usage(uow, rows)
-                opened = await record_recommendations(uow, recommendations, ledger.directory)
-                await uow.commit()
+        """The service's `flush_usage`; returns the recommendations it took (to score them)."""
+        flushed = await flush_usage(self.uow, ledger, now)
+        if flushed.rows or flushed.recommendations:
             self.stats.flushes += 1
-            self.stats.rows_written += len(rows)
-            self.stats.findings_opened += len(opened)
-        ledger.accountant.close(now)
-        return recommendations
+        self.stats.rows_written += flushed.rows
+        self.stats.findings_opened += len(flushed.opened)
+        return flushed.recommendations
 
     async def rows(self, since: datetime) -> list[UsageRow]:
         async with self.uow() as uow:

@@ -13,7 +13,7 @@ as one telemetry instance would see it, on simulated nodes of 8 A100-80GB GPUs, 
   which the readings carry), counted by the accountant (hourly rows, idle runs, cost at an on-demand
   price) and observed for rightsizing; exactly the service's `UsageLedger.count` path;
 * every 30 simulated seconds (the service's `usage.flush_interval_s`) the changed rows and new
-  rightsizing findings are stored as the sampler's `_flush_usage` stores them (`record_usage`,
+  rightsizing findings are stored by the service layer's `flush_usage`, the sampler's own code (`record_usage`,
   `record_recommendations`, one telemetry unit of work) on a new migrated database of a real
   PostgreSQL (embedded unless --database-url names a server), and the ended hours are closed.
 

@@ -24,8 +24,7 @@ from tessera.telemetry.service_layer.handlers import sync_inventory
 from tessera.telemetry.service_layer.monitoring import record_observation, restore_findings
 from tessera.telemetry.service_layer.usage import (
     NodeInfo,
-    record_recommendations,
-    record_usage,
+    flush_usage,
     restore_usage,
 )
 
@@ -249,26 +248,13 @@ async def _account(t: Telemetry, readings: list[Reading], now: datetime) -> None
 
 
 async def _flush_usage(t: Telemetry, now: datetime, final: bool = False) -> None:
-    """Store the changed rows (replacing) and publish new rightsizing findings; on failure they are
-    kept and stored with the next flush."""
+    """`flush_usage` every `usage_flush_s`; on failure the rows and findings are kept for the next."""
     ledger = t.ledger
     if ledger is None:
         return
     _last_flush[id(t)] = now
-    rows = ledger.accountant.dirty()
-    recommendations = ledger.take_recommendations()
-    if not rows and not recommendations:
-        ledger.accountant.close(now)
-        return
     try:
-        async with t.uow() as uow:
-            await record_usage(uow, rows)
-            await record_recommendations(uow, recommendations, ledger.directory)
-            await uow.commit()
+        await flush_usage(t.uow, ledger, now)
     except Exception:
-        ledger.accountant.mark_dirty(rows)
-        ledger.recommendations[:0] = recommendations
         if not final:
             failures.error("usage", "storing usage failed; it is kept for the next flush", exc_info=True)
-        return
-    ledger.accountant.close(now)

@@ -10,7 +10,7 @@ of the days they touch are rebuilt from the hours.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -154,6 +154,39 @@ async def record_recommendations(
             await uow.publish(event)
             published.append(event)
     return published
+
+
+@dataclass(frozen=True)
+class Flushed:
+    """What one flush stored: the rows, the recommendations it took and the findings it opened."""
+
+    rows: int
+    recommendations: list[Recommendation]
+    opened: list[RightsizingRecommended]
+
+
+async def flush_usage(
+    uow_factory: Callable[[], TelemetryUnitOfWork], ledger: UsageLedger, now: datetime
+) -> Flushed:
+    """Store the changed rows (replacing) and open/publish the new rightsizing findings in one unit
+    of work, then close the hours that are over. On failure the rows are marked changed again and the
+    recommendations put back, so the next flush stores them, and the error is raised."""
+    rows = ledger.accountant.dirty()
+    recommendations = ledger.take_recommendations()
+    if not rows and not recommendations:
+        ledger.accountant.close(now)
+        return Flushed(0, [], [])
+    try:
+        async with uow_factory() as uow:
+            await record_usage(uow, rows)
+            opened = await record_recommendations(uow, recommendations, ledger.directory)
+            await uow.commit()
+    except Exception:
+        ledger.accountant.mark_dirty(rows)
+        ledger.recommendations[:0] = recommendations
+        raise
+    ledger.accountant.close(now)
+    return Flushed(len(rows), recommendations, opened)
 
 
 async def restore_usage(

@@ -27,6 +27,7 @@ from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
 from tessera.telemetry.service_layer.usage import (
     UsageLedger,
     days_of,
+    flush_usage,
     on_gang_placed,
     on_job_announced,
     on_pods_released,
@@ -246,3 +247,30 @@ async def test_rows_are_stored_and_the_days_they_touch_rebuilt() -> None:
         await uow.commit()
     assert len(uow.usage_store.rows) == 2 and len(uow.usage_store.days) == 2
     assert sum(r.allocated_gpu_s for r in uow.usage_store.rows.values()) == 3600
+
+
+class FailingUsage(FakeUsage):
+    async def save(self, rows: Sequence[UsageRow]) -> None:
+        raise ConnectionError("database down")
+
+
+async def test_a_failed_flush_keeps_the_rows_for_the_next_one() -> None:
+    ledger = a_ledger()
+    for i in range(6):
+        reading = Reading(
+            "n0", 0, "GPU-0", T0 + timedelta(seconds=10 * i), 50.0, 1000, 100, 40, "A100-80GB", 81920
+        )
+        ledger.count(reading, split_reading(50.0, 1000, [Holder("ns", "p", "main", "GPU-0")]), None)
+    down = FakeUsageUnitOfWork()
+    down.usage_store = FailingUsage()
+    try:
+        await flush_usage(lambda: down, ledger, T0 + timedelta(minutes=1))
+    except ConnectionError:
+        pass
+    else:
+        raise AssertionError("the flush's error was swallowed")
+    up = FakeUsageUnitOfWork()
+    flushed = await flush_usage(lambda: up, ledger, T0 + timedelta(minutes=2))
+    assert flushed.rows == 1 and len(up.usage_store.rows) == 1
+    assert sum(r.allocated_gpu_s for r in up.usage_store.rows.values()) == 60
+    assert (await flush_usage(lambda: up, ledger, T0 + timedelta(minutes=3))).rows == 0

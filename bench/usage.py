@@ -419,11 +419,13 @@ async def replay(store: UsageStore, trace: Path, hours: float | None, report: Pa
 
 def write_report(rows: list[Any], start: datetime, end: datetime, directory: Path) -> None:
     """The replay's rows as `tessera usage` shows telemetry's answer: a table by tenant (printed, and
-    saved as text) and the PNG of `tessera usage report`."""
+    saved as text) and the PNG of `tessera usage report` (allocated vs used GPUs per hour)."""
     from rich.console import Console
 
     from tessera.cli import usage as cli
     from tessera.telemetry.domain.usage_report import GroupBy, totals
+    from tessera.telemetry.domain.usage_series import hour_sums, shape_series
+    from tessera.telemetry.entrypoints.usage_api import series_out
 
     def out(t: Any) -> dict[str, Any]:
         return {
@@ -454,7 +456,10 @@ def write_report(rows: list[Any], start: datetime, end: datetime, directory: Pat
     cli.console = console
     cli.render(body)
     (directory / "usage-by-tenant.txt").write_text(console.export_text())
-    cli.write_png(body, directory / "usage-by-tenant.png")
+    # the chart of `tessera usage report`: GET /v1/usage/series's answer, built from the same rows
+    sums = hour_sums(rows, GroupBy.TENANT)
+    series = {**body, "series": [series_out(s) for s in shape_series(sums, start, end, 5)]}
+    cli.write_series_png(series, directory / "usage-by-tenant.png")
 
 
 def main(argv: list[str] | None = None) -> int:

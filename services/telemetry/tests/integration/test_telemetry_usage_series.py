@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +173,13 @@ async def test_the_series_per_tenant_and_hour_scoped_by_the_token(
     assert points(b) == [(0.5, 0.01, 0.5), (0.0, 0.0, 0.0), (0.0, 0.0, 0.0)]  # idle all its hour
     assert a["allocated_gpu_hours"] == pytest.approx(2.0, abs=0.01)
     assert a["cost"] == pytest.approx(8.0, abs=0.02)  # two GPU-hours at 4.0
+
+    # the same window written at +05:30 answers the same hours, on the stored rows' UTC grid
+    india = timezone(timedelta(hours=5, minutes=30))
+    shifted = {k: datetime.fromisoformat(v).astimezone(india).isoformat() for k, v in window.items()}
+    offset = (await get(ADMIN, **shifted)).json()
+    assert offset["from"] == T0.isoformat()
+    assert [points(s) for s in offset["series"]] == [points(a), points(b)]
 
     top_one = (await get(ADMIN, top="1")).json()["series"]
     assert [s["group"] for s in top_one] == ["team-a", "other"]

@@ -48,7 +48,7 @@ def parse_time(text: str, now: datetime) -> datetime:
         parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise typer.BadParameter(f"{text!r}: give an ISO 8601 time or an age such as 24h or 7d") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def fetch(

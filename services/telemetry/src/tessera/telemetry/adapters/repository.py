@@ -360,7 +360,7 @@ def _daily_rollup() -> TextClause:
         f"WITH fresh AS (SELECT d.day, {', '.join(f'h.{c}' for c in labels)}, "
         f"{', '.join(f'sum(h.{c}) AS {c}' for c in _SUM_COLUMNS)} "
         f"FROM unnest(CAST(:days AS timestamptz[])) AS d(day) JOIN {usage_hourly.fullname} AS h "
-        "ON h.window_start >= d.day AND h.window_start < d.day + interval '1 day' "
+        "ON h.window_start >= d.day AND h.window_start < d.day + interval '24 hours' "
         f"GROUP BY d.day, {', '.join(f'h.{c}' for c in labels)}), "
         f"gone AS (DELETE FROM {daily} AS o WHERE o.day = ANY(CAST(:days AS timestamptz[])) "
         f"AND NOT EXISTS (SELECT 1 FROM fresh AS f WHERE {' AND '.join(f'f.{c} = o.{c}' for c in key)})) "

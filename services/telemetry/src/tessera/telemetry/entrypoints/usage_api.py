@@ -138,7 +138,8 @@ def _time(value: str | None, default: datetime, field: str) -> datetime:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as exc:
         raise _invalid(field, f"not an ISO 8601 time: {value!r}") from exc
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    # in UTC, whatever offset the caller wrote: hours are floored on the stored rows' UTC grid
+    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _period(start: str | None, end: str | None) -> tuple[datetime, datetime]:

@@ -19,7 +19,7 @@ from tessera.scheduler.domain.cache import CacheConflict, SchedulerCache
 from tessera.scheduler.domain.framework.builders import make_pod
 from tessera.scheduler.domain.framework.cluster_view import node_info, placement_replicas
 from tessera.scheduler.domain.framework.cycle_state import CycleState
-from tessera.scheduler.domain.framework.pod import InvalidSpec, PodSpec, Policy
+from tessera.scheduler.domain.framework.pod import PodSpec, Policy
 from tessera.scheduler.domain.framework.runtime import Framework
 from tessera.scheduler.domain.gang.registry import GangRegistry
 from tessera.scheduler.domain.plugins.filters import GPU_CHOICE
@@ -128,12 +128,12 @@ def test_replicas_grown_under_running_shares_take_more_of_them() -> None:
     assert shares(cache, 3, 600, prefix="more") == [((0, 600),), ((0, 600),), None]
 
 
-def test_a_malformed_replica_label_names_the_label() -> None:
+def test_a_malformed_replica_label_counts_shares_by_milli() -> None:
     labels = {
         GPU_SHARING_STRATEGY_LABEL: "time-slicing",
         GPU_REPLICAS_LABEL: "many",
         DEVICE_PLUGIN_CONFIG_LABEL: SLICED_BY_SLICING,
     }
-    with pytest.raises(InvalidSpec, match=r"node\.labels\[nvidia\.com/gpu\.replicas\]: expected an integer"):
-        placement_replicas(labels)
+    assert placement_replicas(labels) == 1
+    assert placement_replicas({**labels, GPU_REPLICAS_LABEL: "0"}) == 1
     assert placement_replicas({**labels, GPU_REPLICAS_LABEL: "3"}) == 3

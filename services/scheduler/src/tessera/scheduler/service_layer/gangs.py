@@ -20,7 +20,7 @@ from tessera.cluster.domain import Pod
 from tessera.contracts.events import GpuAssignment, GpuDemand, NodeInventory, PodPlacement
 from tessera.contracts.jobs import JobSpec, PodGroupSpec, TopologyPreference
 from tessera.scheduler.domain.framework.cluster_view import placement_replicas, pod_spec
-from tessera.scheduler.domain.framework.pod import InvalidSpec, PodSpec, Policy
+from tessera.scheduler.domain.framework.pod import PodSpec, Policy
 from tessera.scheduler.domain.gang.spec import GangSpec
 from tessera.scheduler.domain.snapshot import MILLI_PER_GPU, Allocation, GpuInfo, NodeInfo, Topology
 
@@ -140,13 +140,9 @@ def job_gang_of_pods(
 
 def inventory_node(node: NodeInventory) -> NodeInfo:
     """A node as telemetry reports it; without a wiring report, GPUs are taken to share one host.
-    A node slicing time-sliced places shares by its replicas, as from the API (ADR 0021); a replicas
-    label that is not a positive integer leaves its shares counted by milli, the safer reading."""
+    A node slicing time-sliced places shares by its replicas, as from the API (ADR 0021)."""
     gpus = sorted(node.gpus, key=lambda gpu: gpu.index)
-    try:
-        replicas = placement_replicas(node.labels)
-    except InvalidSpec:
-        replicas = 1
+    replicas = placement_replicas(node.labels)
     return NodeInfo(
         name=node.name,
         gpus=tuple(

@@ -32,19 +32,16 @@ def placement_replicas(labels: Mapping[str, str]) -> int:
     """Replicas the scheduler places shares of a GPU by: the device plugin's time-slicing replicas
     where slicing chose them (its config on the node), so a GPU of N replicas takes N shares whatever
     their milli, as the device plugin does; 1 elsewhere (shares counted by milli within 1000, also
-    under MPS or a time-slicing config set by hand). See ADR 0021."""
+    under MPS or a time-slicing config set by hand). A replicas label that is not a positive integer
+    is read as 1, the safer reading, so the node stays schedulable by milli from the API and from
+    the inventory alike. See ADR 0021."""
     if not time_sliced_by_slicing(labels):
         return 1
-    text = labels.get(GPU_REPLICAS_LABEL, "1")
     try:
-        replicas = int(text)
+        replicas = int(labels.get(GPU_REPLICAS_LABEL, "1"))
     except ValueError:
-        raise InvalidSpec(
-            f"node.labels[{GPU_REPLICAS_LABEL}]", f"expected an integer, got {text!r}"
-        ) from None
-    if replicas < 1:
-        raise InvalidSpec(f"node.labels[{GPU_REPLICAS_LABEL}]", f"must be >= 1, got {replicas}")
-    return replicas
+        return 1
+    return max(replicas, 1)
 
 
 def node_info(node: Node) -> NodeInfo:

@@ -192,8 +192,10 @@ async def test_nvml_names_each_process_pod_container_and_sm_share(tmp_path: Path
     assert source.resolver is not None and source.resolver.unknown == 1
     registry = CollectorRegistry()
     usage_metrics(registry).record_processes(source.resolver.unknown)
-    assert registry.get_sample_value("tessera_usage_unknown_processes") == 1
+    assert registry.get_sample_value("tessera_usage_unknown_process_lookups_total") == 1
     await source.read(NOW)
+    usage_metrics(registry).record_processes(source.resolver.unknown)  # pid 303 is still unknown
+    assert registry.get_sample_value("tessera_usage_unknown_process_lookups_total") == 2
     assert nvml.asked == [0, 2_000]  # the next read asks for samples newer than the last one seen
     await source.close()
 

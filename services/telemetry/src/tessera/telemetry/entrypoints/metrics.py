@@ -54,11 +54,13 @@ class UsageMetrics:
             "Nodes attributed without the kubelet's PodResources API",
             registry=registry,
         )
-        self.unknown_processes = Gauge(
-            "tessera_usage_unknown_processes",
-            "GPU processes whose pod could not be named from their cgroup (they stay pid/<n>), since start",
+        self.unknown_processes = Counter(
+            "tessera_usage_unknown_process_lookups",
+            "Lookups of a GPU process whose pod could not be named from its cgroup (it stays pid/<n>); "
+            "a process still unknown is counted again each sampling round",
             registry=registry,
         )
+        self._unknown_seen = 0
 
     def record(
         self,
@@ -83,7 +85,9 @@ class UsageMetrics:
         self.fallback.set(fallback)
 
     def record_processes(self, unknown: int) -> None:
-        self.unknown_processes.set(unknown)
+        """``unknown``: the resolver's running count; the counter gains what it gained since."""
+        self.unknown_processes.inc(max(0, unknown - self._unknown_seen))
+        self._unknown_seen = max(unknown, self._unknown_seen)
 
 
 _BY_REGISTRY: WeakKeyDictionary[CollectorRegistry, UsageMetrics] = WeakKeyDictionary()

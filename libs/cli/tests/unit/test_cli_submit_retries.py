@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 UNAVAILABLE = (503, {"message": "the database is unavailable; retry shortly"})
+DROPPED = 0
 
 
 @dataclass
@@ -38,6 +39,9 @@ def admission() -> Iterator[Admission]:
             key = self.headers.get("Idempotency-Key")
             state.keys.append(key)
             status, body = state.answers[min(len(state.keys), len(state.answers)) - 1]
+            if status == DROPPED:  # the request arrived; the answer is lost with the connection
+                self.close_connection = True
+                return
             data = json.dumps({"id": key, **body} if status == 201 else body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -55,6 +59,7 @@ def admission() -> Iterator[Admission]:
     state.url = f"http://127.0.0.1:{server.server_address[1]}"
     yield state
     server.shutdown()
+    server.server_close()
 
 
 def submit(admission: Admission, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -92,3 +97,11 @@ def test_other_errors_are_not_tried_again(admission: Admission, tmp_path: Path) 
     result = submit(admission, tmp_path)
     assert (result.returncode, len(admission.keys)) == (1, 1)
     assert "error 500: boom" in result.stderr
+
+
+def test_a_lost_answer_is_tried_again_with_the_same_key(admission: Admission, tmp_path: Path) -> None:
+    admission.answers = [(DROPPED, {}), (201, {})]
+    result = submit(admission, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(admission.keys) == 2 and admission.keys[0] == admission.keys[1]
+    assert "RemoteProtocolError" in result.stderr and "trying again in 1s (1 of 5)" in result.stderr

@@ -75,14 +75,18 @@ def submit(
         for attempt in range(1, retries + 2):
             try:
                 response = client.post("/v1/jobs", json=spec, headers={"Idempotency-Key": key})
-            except httpx.HTTPError as exc:
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing listens: say so now
                 raise _fail_unreachable(str(client.base_url), exc) from exc
-            if response.status_code != 503 or attempt > retries:
-                break
-            wait = retry_wait(response)
+            except httpx.TransportError as exc:  # sent, but the answer was lost: the key makes it safe
+                if attempt > retries:
+                    raise _fail_unreachable(str(client.base_url), exc) from exc
+                why, wait = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, 1.0
+            else:
+                if response.status_code != 503 or attempt > retries:
+                    break
+                why, wait = error_message(response), retry_wait(response)
             err.print(
-                f"admission is unavailable ({escape(error_message(response))}); "
-                f"trying again in {wait:g}s ({attempt} of {retries})",
+                f"admission is unavailable ({escape(why)}); trying again in {wait:g}s ({attempt} of {retries})",
                 soft_wrap=True,
             )
             time.sleep(wait)

@@ -45,7 +45,7 @@ def cli(admission_db: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> Itera
     with TestClient(create_app(build(settings), settings), base_url="http://admission") as client:
 
         @contextmanager
-        def shared(api: str | None) -> Iterator[Any]:
+        def shared(api: str | None, handled: frozenset[int] = frozenset()) -> Iterator[Any]:
             yield client
 
         for module in (jobs, queues):

@@ -63,7 +63,7 @@ def admission(
     with TestClient(create_app(build(settings), settings), base_url="http://admission") as client:
 
         @contextmanager
-        def shared(api: str | None) -> Iterator[Any]:
+        def shared(api: str | None, handled: frozenset[int] = frozenset()) -> Iterator[Any]:
             yield client
 
         monkeypatch.setattr(jobs, "_client", shared)

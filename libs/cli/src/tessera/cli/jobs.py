@@ -31,9 +31,10 @@ ApiOption = Annotated[
 ]
 
 
-def _client(api: str | None) -> httpx.Client:
-    """A client of admission (see `tessera.cli.client`: the state directory, the token, errors)."""
-    return admission_client(api)
+def _client(api: str | None, handled: frozenset[int] = frozenset()) -> httpx.Client:
+    """A client of admission (see `tessera.cli.client`: the state directory, the token, errors);
+    statuses in ``handled`` are left to the command."""
+    return admission_client(api, handled=handled)
 
 
 def load_job_file(path: Path) -> Any:
@@ -71,7 +72,7 @@ def submit(
     """Submit a job; prints its id. A rejected job prints each offending field and the reason."""
     spec = load_job_file(file)
     key = str(uuid.uuid4())
-    with admission_client(api, handled=frozenset({503})) as client:
+    with _client(api, frozenset({503})) as client:
         for attempt in range(1, retries + 2):
             try:
                 response = client.post("/v1/jobs", json=spec, headers={"Idempotency-Key": key})

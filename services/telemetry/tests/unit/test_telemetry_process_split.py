@@ -24,7 +24,7 @@ from tessera.telemetry.domain.attribution import (
     Holder,
     split_reading,
 )
-from tessera.telemetry.domain.cgroups import PodIdentity
+from tessera.telemetry.domain.cgroups import PodIdentity, ProcessOwner
 from tessera.telemetry.domain.model import Reading
 from tessera.telemetry.domain.pod_usage import node_batches
 from tessera.telemetry.entrypoints.metrics import usage_metrics
@@ -212,3 +212,24 @@ async def test_nvml_without_samples_leaves_the_sm_share_unknown(tmp_path: Path, 
     assert a.split == b.split == SPLIT_MEMORY
     assert (a.used_gpus, b.used_gpus) == pytest.approx((0.675, 0.225))
     await source.close()
+
+
+def test_the_nodes_pods_are_listed_again_only_when_a_process_is_unnamed(tmp_path: Path) -> None:
+    listed: list[list[PodIdentity]] = [[PodIdentity(A_UID, "ns", "a", {A_CID: "main"}, ["main", "side"])]]
+    resolver = ProcessResolver(lambda: listed[-1], tmp_path)
+    (tmp_path / "101").mkdir()
+    (tmp_path / "101" / "cgroup").write_text(f"0::/kubepods/burstable/pod{A_UID}/{A_CID}\n")
+    assert resolver.resolve([101])[101] == ProcessOwner("ns/a", "main")
+    assert resolver.resolve([101])[101] == ProcessOwner("ns/a", "main")
+    assert resolver.listings == 1, "a steady node asks the API server once"
+    # a new pod's process: listed again, and named
+    listed.append([*listed[-1], PodIdentity(B_UID, "ns", "b", {B_CID: "server"}, ["server"])])
+    (tmp_path / "202").mkdir()
+    (tmp_path / "202" / "cgroup").write_text(f"0::/kubepods/burstable/pod{B_UID}/{B_CID}\n")
+    owners = resolver.resolve([101, 202])
+    assert (owners[202], resolver.listings) == (ProcessOwner("ns/b", "server"), 2)
+    # a restarted container (a new id) of a pod with two containers: listed again
+    (tmp_path / "101" / "cgroup").write_text(f"0::/kubepods/burstable/pod{A_UID}/{'c' * 64}\n")
+    listed.append([PodIdentity(A_UID, "ns", "a", {"c" * 64: "side"}, ["main", "side"]), listed[-1][1]])
+    assert resolver.resolve([101])[101] == ProcessOwner("ns/a", "side")
+    assert resolver.listings == 3

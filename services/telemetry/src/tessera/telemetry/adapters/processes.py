@@ -4,7 +4,8 @@ NVML names the users of a GPU by host process id. Telemetry runs as a DaemonSet;
 namespace (the chart's `hostPID`) or the host's `/proc` mounted (`usage.proc_root`), it reads each
 process's cgroup (`domain.cgroups`) and finds the pod by UID and the container by id among the pods
 the API server places on this node (the official client, `pods` `list` with `spec.nodeName`). The
-pods are listed at most once per round, and only when a process names a pod. A process whose pod is
+pods are listed at most once per round, and only when the last listing leaves a process unnamed (a
+new pod, a restarted container), so a steady node asks the API server nothing. A process whose pod is
 unknown (outside Kubernetes, gone, unreadable, or the API server not answering) is counted in
 `unknown` and stays `pid/<n>`.
 
@@ -25,6 +26,7 @@ from tessera.telemetry.domain.cgroups import (
     PodIdentity,
     ProcessOwner,
     container_id,
+    listing_needed,
     owner_of,
     parse_cgroup,
 )
@@ -77,6 +79,10 @@ class ProcessResolver:
         #: why no pid can be resolved (not the host's /proc, the pods not listed); None when all is well
         self.problem: str | None = None
         self._host: bool | None = None
+        #: the node's pods as last listed, by UID: listed again only when they leave a process unnamed
+        self._by_uid: dict[str, PodIdentity] = {}
+        #: how many times the node's pods were listed
+        self.listings = 0
 
     def is_host_proc(self) -> bool:
         """Whether the proc root is the host's: its pid 1 is in no pod's cgroup (checked once)."""
@@ -107,14 +113,14 @@ class ProcessResolver:
             self.unknown += len(wanted)
             return dict.fromkeys(wanted)
         refs = {pid: self.cgroup_of(pid) for pid in wanted}
-        by_uid: dict[str, PodIdentity] = {}
-        if any(ref is not None for ref in refs.values()):
+        if listing_needed(refs.values(), self._by_uid):
+            self.listings += 1
             try:
-                by_uid = {p.uid: p for p in self._pods()}
+                self._by_uid = {p.uid: p for p in self._pods()}
                 self.problem = None
-            except Exception as exc:  # the API server is down or refuses: every pid stays unknown
+            except Exception as exc:  # the API server is down or refuses: named from what was listed
                 self.problem = f"pods of this node could not be listed: {type(exc).__name__}: {exc}"
                 log.warning("%s", self.problem)
-        owners = {pid: owner_of(ref, by_uid) for pid, ref in refs.items()}
+        owners = {pid: owner_of(ref, self._by_uid) for pid, ref in refs.items()}
         self.unknown += sum(1 for owner in owners.values() if owner is None)
         return owners

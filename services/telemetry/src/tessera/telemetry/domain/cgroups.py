@@ -18,7 +18,7 @@ None. The pod's UID and the container's id then find the pod and container throu
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 _UUID = r"[0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12}"
@@ -121,3 +121,16 @@ def owner_of(ref: CgroupRef | None, pods_by_uid: Mapping[str, PodIdentity]) -> P
     if name is None and ref.container_id and len(pod.container_names) == 1:
         name = pod.container_names[0]
     return ProcessOwner(pod.key, name)
+
+
+def listing_needed(refs: Iterable[CgroupRef | None], pods_by_uid: Mapping[str, PodIdentity]) -> bool:
+    """Whether the pods known so far leave a process unnamed: a pod UID not among them, or a
+    container id its pod's statuses did not list (a restarted container). Otherwise the last listing
+    still names every process, and the API server is not asked again."""
+    for ref in refs:
+        if ref is None:
+            continue
+        pod = pods_by_uid.get(ref.pod_uid)
+        if pod is None or (ref.container_id and ref.container_id not in pod.containers):
+            return True
+    return False

@@ -4,23 +4,17 @@ memory give, and scoping by tokens that the real admission service issued and ch
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
-from tessera.core.db.migrations import migrate
-from tessera.core.runner import RunningService, start_context
-from tessera.telemetry import bootstrap
-from tessera.telemetry.config import TelemetrySettings
+from tessera.core.runner import RunningService
 from tessera.telemetry.domain.attribution import Holder, split_reading
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
-from tessera.telemetry.domain.model import NodeInventory, Reading
+from tessera.telemetry.domain.model import Reading
 from tessera.telemetry.domain.rightsizing import RightsizingTracker
 from tessera.telemetry.domain.usage import Accountant, AccountingPolicy, Flavor, PriceBook
 from tessera.telemetry.domain.usage_report import GroupBy
@@ -28,60 +22,15 @@ from tessera.telemetry.domain.usage_series import hour_sums
 from tessera.telemetry.entrypoints.usage_api import router
 from tessera.telemetry.service_layer.dependencies import Telemetry
 from tessera.telemetry.service_layer.usage import UsageLedger, record_usage
-from tessera.testing.services import ServiceProcess, settings_for
+from tessera.testing.services import ServiceProcess
+
+from .test_telemetry_usage import ADMIN, admission, telemetry
 
 pytestmark = pytest.mark.integration
 
+__all__ = ["admission", "telemetry"]  # the fixtures, used by name
+
 T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
-ADMIN = "admin-secret-token"
-
-
-class NoGpus:
-    name = "none"
-
-    async def inventory(self) -> list[NodeInventory]:
-        return []
-
-    async def read(self, now: datetime) -> list[Reading]:
-        return []
-
-    async def close(self) -> None:
-        return None
-
-
-@pytest.fixture
-async def telemetry(nats_url: str, fresh_database: str) -> AsyncIterator[RunningService[Any]]:
-    await asyncio.to_thread(migrate, "telemetry", fresh_database)
-    settings = settings_for(TelemetrySettings, nats_url, fresh_database)
-    definition = bootstrap.build(settings, source=NoGpus())
-    service = RunningService(definition, await start_context(definition, settings))
-    try:
-        yield service
-    finally:
-        await service.stop()
-
-
-@pytest.fixture
-async def admission(nats_url: str, fresh_database: str, tmp_path: Path) -> AsyncIterator[ServiceProcess]:
-    await asyncio.to_thread(migrate, "admission", fresh_database)
-    process = ServiceProcess(
-        "admission",
-        {
-            "TESSERA_NATS_URL": nats_url,
-            "TESSERA_DATABASE_URL": fresh_database,
-            "TESSERA_ADMISSION_AUTH": "required",
-            "TESSERA_ADMISSION_ADMIN_TOKEN": ADMIN,
-        },
-        tmp_path,
-    )
-    process.start()
-    try:
-        await process.wait_ready()
-        yield process
-    finally:
-        assert process.proc is not None
-        process.proc.terminate()
-        await process.wait_exit()
 
 
 def two_tenants() -> UsageLedger:

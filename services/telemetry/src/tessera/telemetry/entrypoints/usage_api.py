@@ -142,6 +142,11 @@ def _time(value: str | None, default: datetime, field: str) -> datetime:
     return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+From = Annotated[str | None, Query(alias="from", description="ISO 8601; default: `to` minus 24 h")]
+To = Annotated[str | None, Query(alias="to", description="ISO 8601; default: now")]
+TenantQuery = Annotated[str | None, Query(description="only this tenant")]
+
+
 def _period(start: str | None, end: str | None) -> tuple[datetime, datetime]:
     to = _time(end, datetime.now(UTC), "to")
     since = _time(start, to - timedelta(hours=24), "from")
@@ -154,11 +159,9 @@ def _period(start: str | None, end: str | None) -> tuple[datetime, datetime]:
 async def get_usage(
     request: Request,
     by: GroupBy = GroupBy.TENANT,
-    start: Annotated[
-        str | None, Query(alias="from", description="ISO 8601; default: `to` minus 24 h")
-    ] = None,
-    end: Annotated[str | None, Query(alias="to", description="ISO 8601; default: now")] = None,
-    tenant: Annotated[str | None, Query(description="only this tenant")] = None,
+    start: From = None,
+    end: To = None,
+    tenant: TenantQuery = None,
     top: Annotated[int, Query(ge=0, le=100, description="top wasters to list")] = 5,
 ) -> dict[str, Any]:
     """GPU-hours allocated, used and idle, GPU memory and cost per tenant, queue, job or flavor."""
@@ -209,11 +212,9 @@ def series_out(s: Series) -> dict[str, Any]:
 async def get_usage_series(
     request: Request,
     by: GroupBy = GroupBy.TENANT,
-    start: Annotated[
-        str | None, Query(alias="from", description="ISO 8601; default: `to` minus 24 h")
-    ] = None,
-    end: Annotated[str | None, Query(alias="to", description="ISO 8601; default: now")] = None,
-    tenant: Annotated[str | None, Query(description="only this tenant")] = None,
+    start: From = None,
+    end: To = None,
+    tenant: TenantQuery = None,
     top: Annotated[
         int, Query(ge=1, le=20, description="groups with the most allocated GPU-hours; the rest as `other`")
     ] = 5,

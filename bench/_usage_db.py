@@ -27,7 +27,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from tessera.core.db.engine import make_engine, make_session_factory
 from tessera.telemetry.adapters import orm
 from tessera.telemetry.adapters.orm import usage_daily, usage_hourly
-from tessera.telemetry.adapters.repository import _HOURLY_KEY, _SUM_COLUMNS, SqlUsageRepository, _row_values
+from tessera.telemetry.adapters.usage_repository import (
+    _HOURLY_KEY,
+    _SUM_COLUMNS,
+    SqlUsageRepository,
+    _row_values,
+)
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.rightsizing import Recommendation
 from tessera.telemetry.domain.usage import UsageRow

@@ -8,14 +8,16 @@ from tessera.core.db.uow import UnitOfWork
 from tessera.telemetry.adapters.repository import (
     FindingRepository,
     InventoryRepository,
-    JobDirectoryRepository,
-    RightsizingRepository,
     RollupRepository,
     SqlFindingRepository,
     SqlInventoryRepository,
+    SqlRollupRepository,
+)
+from tessera.telemetry.adapters.usage_repository import (
+    JobDirectoryRepository,
+    RightsizingRepository,
     SqlJobDirectoryRepository,
     SqlRightsizingRepository,
-    SqlRollupRepository,
     SqlUsageRepository,
     UsageRepository,
 )

@@ -35,45 +35,35 @@ import os
 import statistics
 import sys
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import nats
-from sqlalchemy import MetaData, text
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy import text
 
+from bench._bus_common import (
+    RELAY_POLL_S,
+    SERVICE,
+    Ping,
+    ensure_bench_stream,
+    open_rig,
+    percentile,
+    ping_consumer,
+    produce_all,
+    register_ping,
+    start_servers,
+)
+from bench._bus_report import print_table
 from bench.bus_baseline import LingeringFetchRunner, SavepointPerMessageRunner
-from tessera.contracts.base import Message
-from tessera.contracts.events import BY_TYPE
-from tessera.core.db.engine import async_url, make_engine, make_session_factory
-from tessera.core.db.messaging_tables import add_messaging_tables
 from tessera.core.db.uow import UnitOfWork
-from tessera.core.messaging.consumer import ConsumerRunner, ConsumerSpec
+from tessera.core.messaging.consumer import ConsumerRunner
 from tessera.core.messaging.envelope import Envelope
 from tessera.core.messaging.outbox import OutboxRelay
-from tessera.core.messaging.streams import StreamLimits, ensure_stream
 from tessera.core.observability.metrics import Metrics
-from tessera.core.settings import ConsumerSettings
 
-SERVICE = "bench"
 SELECT_1 = text("SELECT 1")
 RESULTS = Path(__file__).parent / "results"
-#: the relay's poll when no commit wakes it (the services' `outbox_poll_s` is 0.5 s; 0.5 s here cost more
-#: CPU per message on a backlog, 370-408 against 323-333 us in one ABBA run, so the bench keeps 10 ms)
-RELAY_POLL_S = 0.01
-
-
-class Ping(Message):
-    TYPE: ClassVar[str] = "io.tessera.bench.ping.v1"
-    SUBJECT: ClassVar[str] = "tessera.bench.evt.ping"
-
-    n: int
-    sent_at: datetime
-
-    def key(self) -> str:
-        return str(self.n)
 
 
 class CountingRelay(OutboxRelay):
@@ -86,11 +76,6 @@ class CountingRelay(OutboxRelay):
         published, failed = await super().publish_batch_outcomes()
         self.rounds += 1 if published else 0
         return published, failed
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def raw_publish_rate(nats_url: str, messages: int, window: int) -> float:
@@ -127,21 +112,8 @@ async def outbox_path(
     """Flat out when `rate_per_s` is None (throughput), else paced at that rate (latency). With
     `backlog`, the producers commit every message first (timed alone), then the relay and the
     consumer carry them (timed alone)."""
-    metadata = MetaData(schema=SERVICE)
-    outbox, inbox = add_messaging_tables(metadata)
-    admin = create_async_engine(async_url(database_url))
-    async with admin.begin() as conn:
-        await conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {SERVICE} CASCADE")
-        await conn.exec_driver_sql(f"CREATE SCHEMA {SERVICE}")
-        await conn.run_sync(metadata.create_all)
-    await admin.dispose()
-
-    engine = make_engine(database_url, pool_size=producers + 4)
-    sessions = make_session_factory(engine)
-    nc = await nats.connect(nats_url)
-    js = nc.jetstream()
-    await js.purge_stream("TESSERA_BENCH")  # each run consumes only its own messages
-    stop = asyncio.Event()
+    rig = await open_rig(nats_url, database_url, producers)
+    await rig.js.purge_stream("TESSERA_BENCH")  # each run consumes only its own messages
     metrics = Metrics()
     latencies: list[float] = []
     done = asyncio.Event()
@@ -155,64 +127,26 @@ async def outbox_path(
         if len(latencies) >= messages:
             done.set()
 
-    def uow() -> UnitOfWork:
-        return UnitOfWork(sessions, outbox, inbox, "bench")
-
-    relay = CountingRelay(js, sessions, outbox, metrics, stop, poll_s=RELAY_POLL_S)
+    relay = CountingRelay(rig.js, rig.sessions, rig.outbox, metrics, rig.stop, poll_s=RELAY_POLL_S)
     if linger_s is not None:
         relay.linger_s = linger_s
-    consumer = runner(
-        js,
-        ConsumerSpec(
-            f"bench-{uuid.uuid4().hex[:8]}",
-            SERVICE,
-            Ping.SUBJECT,
-            handle,
-            ConsumerSettings(batch=256),
-            replay_safe=replay_safe,
-        ),
-        uow,
-        SERVICE,
-        metrics,
-        stop,
-    )
-    tasks: list[asyncio.Task[None]] = []
-
-    async def start_bus() -> None:
-        tasks.extend([asyncio.create_task(relay.run()), asyncio.create_task(consumer.run())])
-        await consumer.subscribed.wait()
-
+    consumer = runner(rig.js, ping_consumer(handle, replay_safe), rig.uow, SERVICE, metrics, rig.stop)
     if not backlog:
-        await start_bus()
+        await rig.start(relay, consumer)
     started = time.perf_counter()
     cpu_started = time.process_time()
 
-    async def produce(worker: int) -> None:
-        step = producers * events_per_commit
-        for first in range(worker * events_per_commit, messages, step):
-            if rate_per_s:
-                await asyncio.sleep(max(0.0, started + first / rate_per_s - time.perf_counter()))
-            async with uow() as unit:
-                now = datetime.now(UTC)
-                last = min(first + events_per_commit, messages)
-                await unit.publish_many([Ping(n=n, sent_at=now) for n in range(first, last)])
-                await unit.commit()
-            relay.wake()
-
-    await asyncio.gather(*(produce(w) for w in range(producers)))
+    await produce_all(rig, relay, messages, producers, events_per_commit, started, rate_per_s)
     result: dict[str, float] = {}
     if backlog:
         result["producers_per_s"] = messages / (time.perf_counter() - started)
         result["producers_cpu_us"] = (time.process_time() - cpu_started) / messages * 1e6
-        await start_bus()
+        await rig.start(relay, consumer)
         started, cpu_started = time.perf_counter(), time.process_time()
     await asyncio.wait_for(done.wait(), timeout=300)
     elapsed = time.perf_counter() - started
     cpu_us = (time.process_time() - cpu_started) / messages * 1e6
-    stop.set()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await nc.close()
-    await engine.dispose()
+    await rig.close()
     if backlog:
         return {**result, "bus_per_s": messages / elapsed, "bus_cpu_us": cpu_us}
     return {
@@ -262,27 +196,13 @@ def medians(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from tessera.testing.infra import resolve_nats, resolve_postgres
-
-    BY_TYPE[Ping.TYPE] = Ping  # the bench's own event type, known only inside this process
-    handles = []
-    nats_url, database_url = args.nats_url, args.database_url
-    if not nats_url:
-        handle = resolve_nats()
-        handle.start()
-        handles.append(handle)
-        nats_url = handle.url
-    if not database_url:
-        pg = resolve_postgres()
-        pg.start()
-        handles.append(pg)
-        database_url = pg.url
+    register_ping()
+    nats_url, database_url, handles = start_servers(args.nats_url, args.database_url)
     load_before = os.getloadavg()[0]
     baseline = None if args.baseline_linger_ms is None else args.baseline_linger_ms / 1000
     try:
         nc = await nats.connect(nats_url)
-        await ensure_stream(nc.jetstream(), SERVICE, StreamLimits(max_bytes=4 * 1024**3))
-        await nc.jetstream().purge_stream("TESSERA_BENCH")
+        await ensure_bench_stream(nc.jetstream())
         await nc.close()
         print(f"raw JetStream publish: {args.messages} messages ...", file=sys.stderr)
         raw = await raw_publish_rate(nats_url, args.messages, args.window)
@@ -430,58 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     if not 0 < args.load <= 1:
         parser.error("--load must be in (0, 1]")
     result = asyncio.run(run(args))
-    print(f"{'path':<44}{'per second':>12}{'p50 ms':>10}{'p99 ms':>10}{'CPU us/msg':>12}")
-    print(f"{'raw JetStream publish':<44}{result['raw_publish_per_s']:>12.0f}")
-    print(
-        f"{'outbox -> relay -> consumer, flat out':<44}{result['e2e_per_s']:>12.0f}"
-        f"{result['saturated_p50_ms']:>10.1f}{result['saturated_p99_ms']:>10.1f}"
-        f"{result['e2e_cpu_us_per_msg']:>12.0f}"
-    )
-    paced_label = f"  same, paced at {result['latency_at_load']:.0%}"
-    print(
-        f"{paced_label:<44}{result['e2e_per_s'] * result['latency_at_load']:>12.0f}"
-        f"{result['e2e_p50_ms']:>10.1f}{result['e2e_p99_ms']:>10.1f}"
-    )
-    print(
-        f"{'  producers alone (one event per commit)':<44}{result['producers_per_s']:>12.0f}{'':>20}"
-        f"{result['producers_cpu_us_per_msg']:>12.0f}"
-    )
-    print(
-        f"{'  relay + consumer alone (committed backlog)':<44}{result['bus_per_s']:>12.0f}{'':>20}"
-        f"{result['bus_cpu_us_per_msg']:>12.0f}"
-    )
-    print(f"ratio raw / e2e: {result['raw_publish_per_s'] / result['e2e_per_s']:.1f}x")
-    if "baseline" in result:
-        base = result["baseline"]
-        what = base.get("consumer") or f"relay lingering {base.get('relay_linger_ms')} ms"
-        if args.baseline_consumer:
-            print(
-                f"baseline ({what}): relay + consumer alone {base['bus_per_s']:.0f}/s at "
-                f"{base['bus_cpu_us']:.0f} us/msg; after / before per repetition: "
-                + ", ".join(f"{r:.2f}" for r in result["ratio_bus_per_s"])
-                + " (rate), "
-                + ", ".join(f"{r:.2f}" for r in result["ratio_bus_cpu_us"])
-                + " (CPU per message)"
-            )
-        print(
-            f"baseline ({what}): {base['e2e_per_s']:.0f}/s flat out, "
-            f"p99 {base['e2e_p99_ms']:.1f} ms paced; after / before per repetition: "
-            + ", ".join(f"{r:.2f}" for r in result["ratio_e2e_per_s"])
-            + " (rate), "
-            + ", ".join(f"{r:.2f}" for r in result["ratio_e2e_p99_ms"])
-            + " (p99)"
-        )
-    print(
-        f"relay rows per round: {result['relay_rows_per_round']:.1f} flat out, "
-        f"{result['paced_relay_rows_per_round']:.1f} paced"
-        + (
-            f" (baseline {result['baseline']['relay_rows_per_round']:.1f}, "
-            f"{result['baseline']['paced_relay_rows_per_round']:.1f})"
-            if "baseline" in result
-            else ""
-        )
-    )
-    print(f"load average (1 min) at start and end: {result['load_average_1m']}")
+    print_table(result, args.baseline_consumer)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -16,30 +16,30 @@ import os
 import statistics
 import sys
 import time
-import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import nats
 from nats.aio.msg import Msg
 from nats.js.api import PubAck
-from sqlalchemy import MetaData
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from bench.bus import RELAY_POLL_S, SERVICE, Ping, percentile
+from bench._bus_common import (
+    RELAY_POLL_S,
+    SERVICE,
+    ensure_bench_stream,
+    open_rig,
+    percentile,
+    ping_consumer,
+    produce_all,
+    register_ping,
+    start_servers,
+)
 from bench.bus_baseline import LingeringFetchRunner
-from tessera.contracts.events import BY_TYPE
-from tessera.core.db.engine import async_url, make_engine, make_session_factory
-from tessera.core.db.messaging_tables import add_messaging_tables
 from tessera.core.db.uow import UnitOfWork
-from tessera.core.messaging.consumer import ConsumerRunner, ConsumerSpec
+from tessera.core.messaging.consumer import ConsumerRunner
 from tessera.core.messaging.envelope import Envelope
 from tessera.core.messaging.outbox import OutboxRelay
-from tessera.core.messaging.streams import StreamLimits, ensure_stream
 from tessera.core.observability.metrics import Metrics
-from tessera.core.settings import ConsumerSettings
 
 STAGES = ("commit", "taken", "acked", "fetched", "handled")
 
@@ -86,21 +86,9 @@ async def paced(
     runner_class: type[ConsumerRunner[UnitOfWork]],
 ) -> dict[str, dict[str, float]]:
     messages, producers, rate, epc = args.messages, args.producers, args.rate, args.events_per_commit
-    metadata = MetaData(schema=SERVICE)
-    outbox, inbox = add_messaging_tables(metadata)
-    admin = create_async_engine(async_url(database_url))
-    async with admin.begin() as conn:
-        await conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {SERVICE} CASCADE")
-        await conn.exec_driver_sql(f"CREATE SCHEMA {SERVICE}")
-        await conn.run_sync(metadata.create_all)
-    await admin.dispose()
-    engine = make_engine(database_url, pool_size=producers + 4)
-    sessions = make_session_factory(engine)
-    nc = await nats.connect(nats_url)
-    js = nc.jetstream()
-    await ensure_stream(js, SERVICE, StreamLimits(max_bytes=4 * 1024**3))
-    await js.purge_stream("TESSERA_BENCH")
-    stop, done, clock = asyncio.Event(), asyncio.Event(), Clock()
+    rig = await open_rig(nats_url, database_url, producers)
+    await ensure_bench_stream(rig.js)
+    done, clock = asyncio.Event(), Clock()
     handled = clock.at["handled"]
 
     async def handle(envelope: Envelope, uow: UnitOfWork) -> None:
@@ -108,43 +96,20 @@ async def paced(
         if len(handled) >= messages:
             done.set()
 
-    def uow() -> UnitOfWork:
-        return UnitOfWork(sessions, outbox, inbox, "bench")
-
-    relay = TimedRelay(js, sessions, outbox, Metrics(), stop, poll_s=RELAY_POLL_S)
+    relay = TimedRelay(rig.js, rig.sessions, rig.outbox, Metrics(), rig.stop, poll_s=RELAY_POLL_S)
     relay.clock = clock
-    spec = ConsumerSpec(
-        f"bench-{uuid.uuid4().hex[:8]}",
-        SERVICE,
-        Ping.SUBJECT,
-        handle,
-        ConsumerSettings(batch=256),
-        replay_safe=True,
-    )
-    runner = timed(runner_class)(js, spec, uow, SERVICE, Metrics(), stop)
+    spec = ping_consumer(handle, replay_safe=True)
+    runner = timed(runner_class)(rig.js, spec, rig.uow, SERVICE, Metrics(), rig.stop)
     runner.clock = clock  # type: ignore[attr-defined]
-    tasks = [asyncio.create_task(relay.run()), asyncio.create_task(runner.run())]
-    await runner.subscribed.wait()
+    await rig.start(relay, runner)
     started = time.perf_counter()
 
-    async def produce(worker: int) -> None:
-        for first in range(worker * epc, messages, producers * epc):
-            await asyncio.sleep(max(0.0, started + first / rate - time.perf_counter()))
-            async with uow() as unit:
-                now = datetime.now(UTC)
-                ids = await unit.publish_many(
-                    [Ping(n=n, sent_at=now) for n in range(first, min(first + epc, messages))]
-                )
-                await unit.commit()
-            clock.mark("commit", ids)
-            relay.wake()
+    def committed(ids: Sequence[str]) -> None:
+        clock.mark("commit", ids)
 
-    await asyncio.gather(*(produce(w) for w in range(producers)))
+    await produce_all(rig, relay, messages, producers, epc, started, rate, on_commit=committed)
     await asyncio.wait_for(done.wait(), timeout=300)
-    stop.set()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await nc.close()
-    await engine.dispose()
+    await rig.close()
     figures: dict[str, dict[str, float]] = {}
     ids = list(handled)
     for before, after in itertools.pairwise(STAGES):
@@ -156,12 +121,8 @@ async def paced(
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    from tessera.testing.infra import resolve_nats, resolve_postgres
-
-    BY_TYPE[Ping.TYPE] = Ping
-    nats_handle, pg = resolve_nats(), resolve_postgres()
-    nats_handle.start()
-    pg.start()
+    register_ping()
+    nats_url, database_url, handles = start_servers(None, None)
     sides: dict[str, list[dict[str, dict[str, float]]]] = {"before": [], "after": []}
     try:
         for repetition in range(args.repeat):
@@ -171,10 +132,10 @@ async def main_async(args: argparse.Namespace) -> None:
                     LingeringFetchRunner if side == "before" else ConsumerRunner
                 )
                 print(f"[{repetition + 1}] {side} ...", file=sys.stderr)
-                sides[side].append(await paced(nats_handle.url, pg.url, args, runner))
+                sides[side].append(await paced(nats_url, database_url, args, runner))
     finally:
-        nats_handle.close()
-        pg.close()
+        for handle in handles:
+            handle.close()
     result: dict[str, Any] = {
         "rate_per_s": args.rate,
         "messages": args.messages,

@@ -140,9 +140,10 @@ class UsageStore:
             )
             await uow.commit()
 
-    async def flush(self, ledger: UsageLedger, now: datetime) -> list[Recommendation]:
-        """The service's `flush_usage`; returns the recommendations it took (to score them)."""
-        flushed = await flush_usage(self.uow, ledger, now)
+    async def flush(self, ledger: UsageLedger, now: datetime, final: bool = False) -> list[Recommendation]:
+        """The service's `flush_usage` (`final`: the sampler's last, as it stops); returns the
+        recommendations it took (to score them)."""
+        flushed = await flush_usage(self.uow, ledger, now, final)
         if flushed.rows or flushed.recommendations:
             self.stats.flushes += 1
         self.stats.rows_written += flushed.rows

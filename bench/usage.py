@@ -64,7 +64,7 @@ from typing import Any
 from bench._usage_db import ServerCpu, UsageStore, telemetry_database
 from tessera.devcluster import data
 from tessera.telemetry.config import UsageSettings
-from tessera.telemetry.domain.attribution import DeviceGrant, GpuProcess, holders_from_grants, split_reading
+from tessera.telemetry.domain.attribution import DeviceGrant, GpuProcess, HolderCache, split_reading
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.model import Reading
 from tessera.telemetry.domain.rightsizing import (
@@ -193,7 +193,7 @@ def build(pods: list[Pod]) -> tuple[JobDirectory, UsageLedger]:
 
 def round_input(
     by_node: dict[str, list[Pod]], gpus_of: dict[str, list[str]], t: float, at: datetime
-) -> list[tuple[list[DeviceGrant], list[Reading]]]:
+) -> list[tuple[str, list[DeviceGrant], list[Reading]]]:
     """What each node's kubelet and NVML would say at trace time `t` (not timed: the sources' work)."""
     out = []
     for node, node_pods in by_node.items():
@@ -226,7 +226,7 @@ def round_input(
                     processes=processes,
                 )
             )
-        out.append((grants, readings))
+        out.append((node, grants, readings))
     return out
 
 
@@ -293,14 +293,15 @@ async def replay(store: UsageStore, trace: Path, hours: float | None, report: Pa
             if rec.kind is FindingKind.FITS_SMALLER_SHARE:
                 recommended.append((next(p for p in pods if p.name == rec.pod), rec))
 
+    cache = HolderCache()  # the attributor's: a node's holders derived again when its grants change
     server_before = backend.seconds()
     t = start
     while t < end:
         at = t0 + timedelta(seconds=t - start)
         nodes = round_input(by_node, gpus_of, t, at)
         began = time.process_time()
-        for grants, readings in nodes:
-            holders, _ = holders_from_grants(grants, None, directory.placed_milli)
+        for node, grants, readings in nodes:
+            holders, _ = cache.holders(node, grants, {}, directory.placed_milli, directory.placements)
             for r in readings:
                 shares = split_reading(
                     r.utilization_pct, r.memory_used_mib, holders.get(r.gpu_uuid, []), r.processes, r.model
@@ -321,7 +322,7 @@ async def replay(store: UsageStore, trace: Path, hours: float | None, report: Pa
         t += INTERVAL_S
     end_at = t0 + timedelta(seconds=t - start)
     began = time.process_time()
-    keep(await store.flush(ledger, end_at))  # the sampler's last flush, when it stops
+    keep(await store.flush(ledger, end_at, final=True))  # the sampler's last flush, when it stops
     flush_cpu += time.process_time() - began
     server_after = backend.seconds()
     flush_stats = dict(vars(store.stats))

@@ -75,6 +75,9 @@ class FakeUsage:
     async def rows_since(self, since: datetime, nodes: Sequence[str] | None = None) -> list[UsageRow]:
         return [r for r in self.rows.values() if r.key.window_start >= since]
 
+    async def latest_hour(self, before: datetime, nodes: Sequence[str] | None = None) -> datetime | None:
+        return max((k.window_start for k in self.rows if k.window_start < before), default=None)
+
     async def rollup_days(self, days: Sequence[datetime]) -> None:
         self.days.extend(days)
 

@@ -17,6 +17,7 @@ from tessera.telemetry.domain.attributed import Attributed, AttributedGpu, Place
 from tessera.telemetry.domain.attribution import (
     DeviceGrant,
     Holder,
+    HolderCache,
     holders_from_grants,
     holders_from_pods,
     split_reading,
@@ -34,6 +35,7 @@ class PodResourcesAttributor:
         self._endpoints = endpoints
         self.timeout_s = timeout_s
         self._clients: dict[str, PodResourcesClient] = {}
+        self._holders = HolderCache()
 
     async def _grants(self, nodes: Sequence[str]) -> tuple[dict[str, list[DeviceGrant]], dict[str, str]]:
         problems: dict[str, str] = {}
@@ -63,15 +65,27 @@ class PodResourcesAttributor:
         return grants, problems
 
     async def attribute(
-        self, readings: Sequence[Reading], placed_milli: PlacedMilli | None = None
+        self,
+        readings: Sequence[Reading],
+        placed_milli: PlacedMilli | None = None,
+        placements: int | None = None,
     ) -> Attributed:
-        nodes = sorted({r.node for r in readings})
-        grants, problems = await self._grants(nodes)
+        parents_of: dict[str, dict[str, str]] = {}
+        for r in readings:
+            parents = parents_of.setdefault(r.node, {})
+            for mig in r.mig_devices:
+                parents[mig] = r.gpu_uuid
+        grants, problems = await self._grants(sorted(parents_of))
         out = Attributed(problems=problems, fallback_nodes=sorted(problems))
         holders: dict[str, list[Holder]] = {}
+        self._holders.keep_only(grants)
         for node, node_grants in grants.items():
-            parents = {mig: r.gpu_uuid for r in readings if r.node == node for mig in r.mig_devices}
-            by_gpu, unresolved = holders_from_grants(node_grants, parents, placed_milli)
+            if placements is None:
+                by_gpu, unresolved = holders_from_grants(node_grants, parents_of[node], placed_milli)
+            else:
+                by_gpu, unresolved = self._holders.holders(
+                    node, node_grants, parents_of[node], placed_milli, placements
+                )
             holders.update(by_gpu)
             out.unresolved += len(unresolved)
         for r in readings:

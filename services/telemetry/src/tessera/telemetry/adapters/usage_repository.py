@@ -62,6 +62,10 @@ class UsageRepository(Protocol):
 
     async def rows_since(self, since: datetime, nodes: Sequence[str] | None = None) -> list[UsageRow]: ...
 
+    async def latest_hour(self, before: datetime, nodes: Sequence[str] | None = None) -> datetime | None:
+        """The latest hour stored before `before` (of these nodes' rows), None when there is none."""
+        ...
+
     async def rollup_days(self, days: Sequence[datetime]) -> None:
         """Rebuild the daily rows of these days (UTC midnights) from the hourly rows."""
         ...
@@ -150,32 +154,6 @@ _SUM_COLUMNS = ("allocated_gpu_s", "used_gpu_s", "memory_mib_s", "idle_gpu_s", "
 _HOURLY_KEY = ("window_start", "node", "gpu_uuid", "namespace", "pod", "container")
 
 
-def _row_values(r: UsageRow) -> dict[str, object]:
-    k = r.key
-    return {
-        "window_start": k.window_start,
-        "node": k.node,
-        "gpu_uuid": k.gpu_uuid,
-        "namespace": k.namespace,
-        "pod": k.pod,
-        "container": k.container,
-        "job_id": r.job_id,
-        "queue": r.queue,
-        "tenant": r.tenant,
-        "flavor": r.flavor,
-        "capacity_type": r.capacity_type,
-        "split": r.split,
-        "allocated_gpu_s": r.allocated_gpu_s,
-        "used_gpu_s": r.used_gpu_s,
-        "memory_mib_s": r.memory_mib_s,
-        "idle_gpu_s": r.idle_gpu_s,
-        "cost": r.cost,
-        "samples": r.samples,
-        "first_at": r.first_at,
-        "last_at": r.last_at,
-    }
-
-
 def _array_type(column: Column[Any]) -> str:
     for kind, name in ((DateTime, "timestamptz"), (String, "text"), (BigInteger, "int8"), (Float, "float8")):
         if isinstance(column.type, kind):
@@ -183,16 +161,70 @@ def _array_type(column: Column[Any]) -> str:
     raise TypeError(f"usage_hourly.{column.name}: no array type for {column.type!r}")
 
 
+#: usage_hourly's columns, in the order `_row_tuple` gives their values
+_HOURLY_COLUMNS = (
+    *_HOURLY_KEY,
+    "job_id",
+    "queue",
+    "tenant",
+    "flavor",
+    "capacity_type",
+    "split",
+    "allocated_gpu_s",
+    "used_gpu_s",
+    "memory_mib_s",
+    "idle_gpu_s",
+    "cost",
+    "samples",
+    "first_at",
+    "last_at",
+)
+
+
+def _row_tuple(r: UsageRow) -> tuple[object, ...]:
+    k = r.key
+    return (
+        k.window_start,
+        k.node,
+        k.gpu_uuid,
+        k.namespace,
+        k.pod,
+        k.container,
+        r.job_id,
+        r.queue,
+        r.tenant,
+        r.flavor,
+        r.capacity_type,
+        r.split,
+        r.allocated_gpu_s,
+        r.used_gpu_s,
+        r.memory_mib_s,
+        r.idle_gpu_s,
+        r.cost,
+        r.samples,
+        r.first_at,
+        r.last_at,
+    )
+
+
+def _row_values(r: UsageRow) -> dict[str, object]:
+    return dict(zip(_HOURLY_COLUMNS, _row_tuple(r), strict=True))
+
+
 @functools.cache
-def _hourly_upsert() -> TextClause:
+def _hourly_upsert() -> str:
     """One statement for a whole flush: each column's values as one array, `unnest`ed into rows, each
     replacing the stored row of its key. One round trip and one parameter set, however many rows
-    (an executemany binds every row apart: most of a flush's CPU, in the driver and SQLAlchemy)."""
+    (an executemany binds every row apart: most of a flush's CPU, in the driver and SQLAlchemy). It
+    is the driver's SQL (`$n` parameters), run as it is: the arrays go to the driver untouched."""
     columns = [c.name for c in usage_hourly.c]
-    arrays = ", ".join(f"CAST(:{c.name} AS {_array_type(c)}[])" for c in usage_hourly.c)
-    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in _HOURLY_KEY)
-    return text(
-        f"INSERT INTO {usage_hourly.fullname} ({', '.join(columns)}) SELECT * FROM unnest({arrays}) "
+    if tuple(sorted(columns)) != tuple(sorted(_HOURLY_COLUMNS)):
+        raise RuntimeError(f"usage_hourly's columns {columns} are not those _row_tuple gives")
+    types = {c.name: _array_type(c) for c in usage_hourly.c}
+    arrays = ", ".join(f"${i}::{types[c]}[]" for i, c in enumerate(_HOURLY_COLUMNS, start=1))
+    updates = ", ".join(f"{c} = excluded.{c}" for c in _HOURLY_COLUMNS if c not in _HOURLY_KEY)
+    return (
+        f"INSERT INTO {usage_hourly.fullname} ({', '.join(_HOURLY_COLUMNS)}) SELECT * FROM unnest({arrays}) "
         f"ON CONFLICT ON CONSTRAINT pk_usage_hourly DO UPDATE SET {updates}"
     )
 
@@ -220,14 +252,11 @@ def _daily_rollup() -> TextClause:
     )
 
 
-def _row_arrays(rows: Sequence[UsageRow]) -> dict[str, list[object]]:
-    """The rows column by column, one row per key (the last given wins, as one after another would)."""
-    unique = list({r.key: r for r in rows}.values())
-    out: dict[str, list[object]] = {c.name: [] for c in usage_hourly.c}
-    for r in unique:
-        for name, value in _row_values(r).items():
-            out[name].append(value)
-    return out
+def _row_arrays(rows: Sequence[UsageRow]) -> tuple[list[object], ...]:
+    """The rows column by column (in `_HOURLY_COLUMNS` order), one row per key (the last given wins,
+    as one after another would)."""
+    unique = {r.key: r for r in rows}.values()
+    return tuple(list(column) for column in zip(*map(_row_tuple, unique), strict=True))
 
 
 _GROUP_COLUMN = {"tenant": "tenant", "queue": "queue", "job": "job_id", "flavor": "flavor"}
@@ -240,7 +269,8 @@ class SqlUsageRepository:
     async def save(self, rows: Sequence[UsageRow]) -> None:
         if not rows:
             return
-        await self.session.execute(_hourly_upsert(), _row_arrays(rows))
+        connection = await self.session.connection()
+        await connection.exec_driver_sql(_hourly_upsert(), _row_arrays(rows))
 
     async def rows_since(self, since: datetime, nodes: Sequence[str] | None = None) -> list[UsageRow]:
         query = select(usage_hourly).where(usage_hourly.c.window_start >= since)
@@ -268,6 +298,13 @@ class SqlUsageRepository:
                 )
             )
         return out
+
+    async def latest_hour(self, before: datetime, nodes: Sequence[str] | None = None) -> datetime | None:
+        query = select(func.max(usage_hourly.c.window_start)).where(usage_hourly.c.window_start < before)
+        if nodes is not None:
+            query = query.where(usage_hourly.c.node.in_(list(nodes)))
+        latest: datetime | None = (await self.session.execute(query)).scalar()
+        return latest
 
     async def rollup_days(self, days: Sequence[datetime]) -> None:
         if not days:

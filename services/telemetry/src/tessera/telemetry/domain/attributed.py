@@ -31,7 +31,13 @@ class Attributed:
 
 class Attributor(Protocol):
     def attribute(
-        self, readings: Sequence[Reading], placed_milli: PlacedMilli | None = None
-    ) -> Awaitable[Attributed]: ...
+        self,
+        readings: Sequence[Reading],
+        placed_milli: PlacedMilli | None = None,
+        placements: int | None = None,
+    ) -> Awaitable[Attributed]:
+        """Split each reading among its GPU's holders; `placements` changes whenever what
+        `placed_milli` answers may (None: it may change at any time)."""
+        ...
 
     async def close(self) -> None: ...

@@ -20,8 +20,9 @@ Every `Share` says which rule split it (`split`). See ADR 0016.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tessera.cluster.catalogue import model as catalogue_model
 from tessera.cluster.catalogue import parse_profile_name
@@ -39,8 +40,7 @@ SPLIT_REQUESTED = "requested"
 UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceGrant:
+class DeviceGrant(NamedTuple):
     """One device the kubelet gave one container (a `ContainerDevices` entry of PodResources `List`)."""
 
     namespace: str
@@ -50,9 +50,9 @@ class DeviceGrant:
     device_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """One container's hold on one GPU."""
+class Holder(NamedTuple):
+    """One container's hold on one GPU. (Named tuples: built for every grant and reading, they cost a
+    quarter of a frozen dataclass to make, and are as immutable.)"""
 
     namespace: str
     pod: str
@@ -81,8 +81,7 @@ class GpuProcess:
     sm_pct: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Share:
+class Share(NamedTuple):
     """One container's part of one GPU reading: the GPUs it held and used, and its memory."""
 
     namespace: str
@@ -98,11 +97,6 @@ class Share:
         return f"{self.namespace}/{self.pod}"
 
 
-def _parent(device_id: str) -> str:
-    cut = device_id.find(REPLICA_SEPARATOR)
-    return device_id if cut < 0 else device_id[:cut]
-
-
 def holders_from_grants(
     grants: Sequence[DeviceGrant],
     mig_parents: Mapping[str, str] | None = None,
@@ -114,27 +108,66 @@ def holders_from_grants(
     unresolved: list[DeviceGrant] = []
     parents = mig_parents or {}
     for g in grants:
-        if g.resource == GPU_RESOURCE:
-            uuid = _parent(g.device_id)
-            replica = uuid != g.device_id
-            milli = placed_milli(g.pod, uuid) if placed_milli else None
-            if milli is None and not replica:
+        resource = g.resource
+        if resource == GPU_RESOURCE:
+            device = g.device_id
+            cut = device.find(REPLICA_SEPARATOR)
+            uuid = device if cut < 0 else device[:cut]
+            milli = placed_milli(g.pod, uuid) if placed_milli is not None else None
+            if milli is None and cut < 0:
                 milli = MILLI_PER_GPU
-            by_gpu.setdefault(uuid, []).append(
-                Holder(g.namespace, g.pod, g.container, uuid, milli, None, replica)
-            )
-        elif g.resource.startswith(MIG_RESOURCE_PREFIX):
+            holder = Holder(g.namespace, g.pod, g.container, uuid, milli, None, cut >= 0)
+        elif resource.startswith(MIG_RESOURCE_PREFIX):
             parent = parents.get(g.device_id)
             if parent is None:
                 unresolved.append(g)
                 continue
-            profile = g.resource[len(MIG_RESOURCE_PREFIX) :]
+            profile = resource[len(MIG_RESOURCE_PREFIX) :]
             if profile.endswith(".me"):
                 profile = profile[: -len(".me")] + "+me"
-            by_gpu.setdefault(parent, []).append(
-                Holder(g.namespace, g.pod, g.container, parent, None, profile)
-            )
+            holder = Holder(g.namespace, g.pod, g.container, parent, None, profile)
+        else:
+            continue
+        held = by_gpu.get(holder.gpu_uuid)
+        if held is None:
+            by_gpu[holder.gpu_uuid] = [holder]
+        else:
+            held.append(holder)
     return by_gpu, unresolved
+
+
+class HolderCache:
+    """Each node's holders as last derived from its grants. While nothing starts or stops on a node,
+    its kubelet answers the same grants round after round: when they, the MIG parents and the
+    placements (`placements`, a number that changes whenever they do) are as last time, the node's
+    holders are the same and are not derived again. The holders handed out are shared: read only."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[
+            str,
+            tuple[tuple[DeviceGrant, ...], dict[str, str], int, dict[str, list[Holder]], list[DeviceGrant]],
+        ] = {}
+
+    def holders(
+        self,
+        node: str,
+        grants: Sequence[DeviceGrant],
+        mig_parents: Mapping[str, str],
+        placed_milli: Callable[[str, str], int | None] | None,
+        placements: int,
+    ) -> tuple[dict[str, list[Holder]], list[DeviceGrant]]:
+        key = tuple(grants)
+        last = self._nodes.get(node)
+        if last is not None and last[2] == placements and last[0] == key and last[1] == mig_parents:
+            return last[3], last[4]
+        by_gpu, unresolved = holders_from_grants(key, mig_parents, placed_milli)
+        self._nodes[node] = (key, dict(mig_parents), placements, by_gpu, unresolved)
+        return by_gpu, unresolved
+
+    def keep_only(self, nodes: Collection[str]) -> None:
+        """Forget the nodes not in `nodes` (gone, or their PodResources no longer answers)."""
+        for node in [n for n in self._nodes if n not in nodes]:
+            del self._nodes[node]
 
 
 def holders_from_pods(gpu_uuid: str, pods: Sequence[str]) -> list[Holder]:

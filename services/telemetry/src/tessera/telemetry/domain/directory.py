@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import count
 
 from tessera.telemetry.domain.usage import JobRef
+
+_PLACEMENTS = count(1)
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,9 @@ class PlacedPod:
 class JobDirectory:
     jobs: dict[str, JobRef] = field(default_factory=dict)
     pods: dict[str, PlacedPod] = field(default_factory=dict)
+    #: changes whenever a pod is placed or ends (what `placed_milli` answers may then differ); never
+    #: the same number in two directories (one loaded after a restart replaces the ledger's)
+    placements: int = field(default_factory=lambda: next(_PLACEMENTS))
     _refs: dict[str, JobRef] | None = None
 
     def add_job(self, job_id: str, tenant: str, queue: str) -> None:
@@ -34,11 +40,13 @@ class JobDirectory:
     def place(self, pods: Iterable[PlacedPod]) -> None:
         for p in pods:
             self.pods[p.pod] = p
+        self.placements = next(_PLACEMENTS)
         self._refs = None
 
     def end(self, pod_names: Iterable[str]) -> None:
         for name in pod_names:
             self.pods.pop(name, None)
+        self.placements = next(_PLACEMENTS)
         self._refs = None
 
     def job_of(self, pod: str) -> JobRef | None:

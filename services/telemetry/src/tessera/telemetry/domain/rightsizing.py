@@ -17,6 +17,7 @@ A recommendation is made once per container and GPU and kind, until the holder c
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -160,7 +161,8 @@ class RightsizingTracker:
         used_gpus: float,
         memory_mib: float,
         mig: bool = False,
-    ) -> list[Recommendation]:
+    ) -> Sequence[Recommendation]:
+        """Count one reading of the container's use of the GPU; what its window's end recommends."""
         key = (gpu_uuid, namespace, pod, container)
         milli = round(allocated_gpus * 1000)
         w = self._windows.get(key)
@@ -170,7 +172,7 @@ class RightsizingTracker:
             w = self._windows[key] = _Window(
                 at, at + self._span, milli, milli >= 1000 and not mig, gpu_model, gpu_memory_mib, node
             )
-        out: list[Recommendation] = []
+        out: Sequence[Recommendation] = ()
         if at >= w.due:
             out = self._evaluate(key, w, at)
             underused_since = w.underused_since

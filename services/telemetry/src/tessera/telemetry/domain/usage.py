@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
+from typing import NamedTuple
 
 from tessera.telemetry.domain.attribution import UNKNOWN, Share
 
@@ -114,8 +115,9 @@ class JobRef:
 UNKNOWN_JOB = JobRef(UNKNOWN, UNKNOWN, UNKNOWN)
 
 
-@dataclass(frozen=True, slots=True)
-class UsageKey:
+class UsageKey(NamedTuple):
+    """An hourly row's key. (A named tuple: hashed in C, for the lookups every flush makes.)"""
+
     window_start: datetime
     node: str
     gpu_uuid: str
@@ -174,14 +176,27 @@ class AccountingPolicy:
             raise ValueError("interval_s must be positive and max_gap_s at least interval_s")
 
 
-@dataclass
+@dataclass(slots=True)
 class _Run:
-    """The idle run of one container on one GPU: since when, and the idle seconds not yet credited
-    (by hour) while the run is shorter than the window."""
+    """The idle run of one container on one GPU: since when (epoch seconds), and the idle seconds not
+    yet credited (by hour) while the run is shorter than the window."""
 
-    since: datetime | None = None
+    since: float
     pending: dict[datetime, float] = field(default_factory=dict)
     flagged: bool = False
+
+
+@dataclass(slots=True)
+class _Holding:
+    """What the accountant keeps of one container on one GPU between its readings (one lookup a share)."""
+
+    #: the time (epoch seconds) of the last reading counted
+    last: float | None = None
+    #: the hour of `row`, the row the next reading of that hour goes to
+    hour: datetime | None = None
+    row: UsageRow | None = None
+    #: its idle run, while it is idle
+    run: _Run | None = None
 
 
 @dataclass
@@ -202,7 +217,10 @@ def hour_of(at: datetime) -> datetime:
 
 
 class Accountant:
-    """Accumulates attributed readings into hourly rows; `dirty()` hands out what changed."""
+    """Accumulates attributed readings into hourly rows; `dirty()` hands out what changed.
+
+    It runs for every share of every reading, so it keeps times as epoch seconds and the changed rows
+    by identity (a row's key is hashed once, when the row is made)."""
 
     def __init__(self, policy: AccountingPolicy | None = None) -> None:
         self.policy = policy or AccountingPolicy()
@@ -210,12 +228,12 @@ class Accountant:
         self.stats = AccountingStats()
         #: no reading before this is counted any more: its hours are closed
         self.closed_before: datetime | None = None
-        #: the time (epoch seconds) of the last reading counted, per GPU and container
-        self._last: dict[tuple[str, str, str, str], float] = {}
-        self._current: dict[tuple[str, str, str, str], tuple[datetime, UsageRow]] = {}
+        self._closed_ts = float("-inf")
+        #: (GPU, namespace, pod, container) -> what is kept of it between readings
+        self._holdings: dict[tuple[str, str, str, str], _Holding] = {}
         self._sums: dict[tuple[str, str, str], list[float]] = {}
-        self._runs: dict[tuple[str, str, str, str], _Run] = {}
-        self._dirty: set[UsageKey] = set()
+        #: id(row) -> row, of the rows changed since the last `dirty()`
+        self._dirty: dict[int, UsageRow] = {}
         self._hour_cache: tuple[float, float, datetime] = (0.0, 0.0, datetime.fromtimestamp(0, UTC))
 
     # ---- restoring -----------------------------------------------------------------------------
@@ -223,34 +241,53 @@ class Accountant:
     def restore(self, rows: Iterable[UsageRow], closed_before: datetime | None) -> None:
         """Continue from stored rows of the open hours (after a restart): their totals and the last
         reading each counted; readings before `closed_before` are late."""
-        self._current.clear()
+        self._forget_rows()
         for row in rows:
             self.rows[row.key] = row
             k = row.key
-            run_key = (k.gpu_uuid, k.namespace, k.pod, k.container)
+            holding = self._holding((k.gpu_uuid, k.namespace, k.pod, k.container))
             last = row.last_at.timestamp() if row.last_at is not None else None
-            if last is not None and (run_key not in self._last or self._last[run_key] < last):
-                self._last[run_key] = last
-        self.closed_before = closed_before
+            if last is not None and (holding.last is None or holding.last < last):
+                holding.last = last
+        self._close_before(closed_before)
+
+    def _holding(self, run_key: tuple[str, str, str, str]) -> _Holding:
+        found = self._holdings.get(run_key)
+        if found is None:
+            found = self._holdings[run_key] = _Holding()
+        return found
+
+    def _forget_rows(self) -> None:
+        """The next reading of each container looks its row up again (rows were dropped or replaced)."""
+        for holding in self._holdings.values():
+            holding.hour = holding.row = None
+
+    def _close_before(self, boundary: datetime | None) -> None:
+        self.closed_before = boundary
+        self._closed_ts = float("-inf") if boundary is None else boundary.timestamp()
 
     # ---- counting ------------------------------------------------------------------------------
 
     def clamp(self, node: str, at: datetime, now: datetime) -> datetime:
-        skew = (at - now).total_seconds()
-        if abs(skew) > abs(self.stats.worst_skew_s.get(node, 0.0)):
-            self.stats.worst_skew_s[node] = skew
+        """`at`, or `now` when `at` is more than `max_skew_s` off it (counted; the worst skew per node kept)."""
+        return now if self._clamped(node, at.timestamp(), now.timestamp()) else at
+
+    def _clamped(self, node: str, ts: float, now_ts: float) -> bool:
+        skew = ts - now_ts
+        worst = self.stats.worst_skew_s
+        if abs(skew) > abs(worst.get(node, 0.0)):
+            worst[node] = skew
         if abs(skew) > self.policy.max_skew_s:
             self.stats.clamped += 1
-            return now
-        return at
+            return True
+        return False
 
-    def _hour(self, at: datetime) -> datetime:
-        ts = at.timestamp()
+    def _hour(self, ts: float) -> datetime:
         lo, hi, start = self._hour_cache
         if lo <= ts < hi:
             return start
-        start = hour_of(at)
-        base = start.timestamp()
+        base = ts - ts % HOUR_S
+        start = datetime.fromtimestamp(base, UTC)
         self._hour_cache = (base, base + HOUR_S, start)
         return start
 
@@ -267,52 +304,43 @@ class Accountant:
         """Count one GPU reading's shares; `jobs` maps pod names to what they are billed to. What it
         adds per tenant, queue and flavor is summed for `take_sums()` (the metrics)."""
         policy = self.policy
-        if now is not None:
-            at = self.clamp(node, at, now)
-        self.stats.samples += 1
-        if self.closed_before is not None and at < self.closed_before:
-            self.stats.late += 1
-            return
+        stats = self.stats
         ts = at.timestamp()
-        hour = self._hour(at)
+        if now is not None:
+            now_ts = now.timestamp()
+            if self._clamped(node, ts, now_ts):
+                at, ts = now, now_ts
+        stats.samples += 1
+        if ts < self._closed_ts:
+            stats.late += 1
+            return
+        hour = self._hour(ts)
         price_per_s = pricing.per_gpu_hour / HOUR_S
+        interval, max_gap = policy.interval_s, policy.max_gap_s
+        holdings, dirty = self._holdings, self._dirty
         for s in shares:
-            run_key = (gpu_uuid, s.namespace, s.pod, s.container)
-            last = self._last.get(run_key)
+            holding = holdings.get((gpu_uuid, s.namespace, s.pod, s.container))
+            if holding is None:
+                holding = self._holding((gpu_uuid, s.namespace, s.pod, s.container))
+            last = holding.last
             if last is not None and ts <= last:
-                self.stats.duplicates += 1
+                stats.duplicates += 1
                 continue
-            self._last[run_key] = ts
-            dt = policy.interval_s if last is None else min(ts - last, policy.max_gap_s)
-            current = self._current.get(run_key)
-            if current is not None and current[0] == hour:
-                row = current[1]
-            else:
+            holding.last = ts
+            dt = interval if last is None else min(ts - last, max_gap)
+            row = holding.row
+            if row is None or holding.hour is not hour:
                 key = UsageKey(hour, node, gpu_uuid, s.namespace, s.pod, s.container)
-                found = self.rows.get(key)
-                if found is None:
-                    job = jobs.get(s.pod)
-                    if job is None:
-                        job = UNKNOWN_JOB
-                    found = self.rows[key] = UsageRow(
-                        key,
-                        job.job_id,
-                        job.queue,
-                        job.tenant,
-                        pricing.flavor,
-                        pricing.capacity_type.value,
-                        s.split,
-                        first_at=at,
-                    )
-                row = found
-                self._current[run_key] = (hour, row)
-            if UNKNOWN in (row.job_id, row.tenant) and (known := jobs.get(s.pod)) is not None:
-                # the placement (or the job's announcement, which comes on another stream) arrived
-                # after the pod's first readings: its hour is the job's, billed to its tenant
-                row.job_id, row.queue, row.tenant = known.job_id, known.queue, known.tenant
-            if row.job_id == UNKNOWN:
-                self.stats.unknown_pod_shares += 1
-            self.stats.shares += 1
+                row = holding.row = self._row(key, s, jobs, pricing, at)
+                holding.hour = hour
+            if row.job_id == UNKNOWN or row.tenant == UNKNOWN:
+                if (known := jobs.get(s.pod)) is not None:
+                    # the placement (or the job's announcement, which comes on another stream) arrived
+                    # after the pod's first readings: its hour is the job's, billed to its tenant
+                    row.job_id, row.queue, row.tenant = known.job_id, known.queue, known.tenant
+                if row.job_id == UNKNOWN:
+                    stats.unknown_pod_shares += 1
+            stats.shares += 1
             allocated = s.allocated_gpus * dt
             used = s.used_gpus * dt
             cost = allocated * price_per_s
@@ -323,15 +351,35 @@ class Accountant:
             row.samples += 1
             row.split = s.split
             row.last_at = at
-            self._dirty.add(row.key)
-            idle = self._idle(run_key, row, s, at, hour, dt)
-            sums = self._sums.get((row.tenant, row.queue, row.flavor))
+            dirty[id(row)] = row
+            idle = self._idle(holding, row, s, ts, hour, dt)
+            group = (row.tenant, row.queue, row.flavor)
+            sums = self._sums.get(group)
             if sums is None:
-                sums = self._sums[(row.tenant, row.queue, row.flavor)] = [0.0, 0.0, 0.0, 0.0]
+                sums = self._sums[group] = [0.0, 0.0, 0.0, 0.0]
             sums[0] += allocated
             sums[1] += used
             sums[2] += idle
             sums[3] += cost
+
+    def _row(
+        self, key: UsageKey, s: Share, jobs: Mapping[str, JobRef], pricing: Pricing, at: datetime
+    ) -> UsageRow:
+        """The row of `key`, made when the hour has none yet."""
+        found = self.rows.get(key)
+        if found is None:
+            job = jobs.get(s.pod) or UNKNOWN_JOB
+            found = self.rows[key] = UsageRow(
+                key,
+                job.job_id,
+                job.queue,
+                job.tenant,
+                pricing.flavor,
+                pricing.capacity_type.value,
+                s.split,
+                first_at=at,
+            )
+        return found
 
     def take_sums(self) -> dict[tuple[str, str, str], list[float]]:
         """(tenant, queue, flavor) -> [allocated GPU-s, used GPU-s, idle GPU-s, cost] since the last call."""
@@ -340,30 +388,28 @@ class Accountant:
 
     def _idle(
         self,
-        run_key: tuple[str, str, str, str],
+        holding: _Holding,
         row: UsageRow,
         s: Share,
-        at: datetime,
+        ts: float,
         hour: datetime,
         dt: float,
     ) -> float:
         """Idle GPU-seconds this reading makes count (the whole pending run when it reaches the window)."""
         policy = self.policy
         is_idle = s.allocated_gpus > 0 and s.used_gpus * 100.0 < policy.idle_below_pct * s.allocated_gpus
-        run = self._runs.get(run_key)
+        run = holding.run
         if not is_idle:
-            if run is not None:
-                del self._runs[run_key]
+            holding.run = None
             return 0.0
         if run is None:
-            run = self._runs[run_key] = _Run(since=at - timedelta(seconds=dt))
+            run = holding.run = _Run(since=ts - dt)
         seconds = s.allocated_gpus * dt
         if run.flagged:
             row.idle_gpu_s += seconds
             return seconds
         run.pending[hour] = run.pending.get(hour, 0.0) + seconds
-        assert run.since is not None
-        if (at - run.since).total_seconds() < policy.idle_window_s:
+        if ts - run.since < policy.idle_window_s:
             return 0.0
         run.flagged = True
         credited = 0.0
@@ -372,7 +418,7 @@ class Accountant:
             target = UsageKey(pending_hour, key.node, key.gpu_uuid, key.namespace, key.pod, key.container)
             into = self.rows.get(target) or row
             into.idle_gpu_s += pending_s
-            self._dirty.add(into.key)
+            self._dirty[id(into)] = into
             credited += pending_s
         run.pending.clear()
         return credited
@@ -381,25 +427,32 @@ class Accountant:
 
     def dirty(self) -> list[UsageRow]:
         """The rows changed since the last call (to store, replacing what is stored)."""
-        rows = [self.rows[k] for k in self._dirty if k in self.rows]
+        rows = [r for r in self._dirty.values() if self.rows.get(r.key) is r]
         self._dirty.clear()
         return rows
 
     def mark_dirty(self, rows: Iterable[UsageRow]) -> None:
         """Rows whose storing failed: handed out again by the next `dirty()`."""
-        self._dirty.update(r.key for r in rows if r.key in self.rows)
+        for r in rows:
+            if self.rows.get(r.key) is r:
+                self._dirty[id(r)] = r
+
+    def closing(self, now: datetime) -> list[datetime]:
+        """The hours that `close(now)` would close (those it holds rows of)."""
+        boundary = self._hour(now.timestamp() - self.policy.close_after_s)
+        return sorted({key.window_start for key in self.rows if key.window_start < boundary})
 
     def close(self, now: datetime) -> list[UsageRow]:
         """Close the hours that ended `close_after_s` ago: they are dropped from memory (after being
         handed out by `dirty()` one last time) and later readings for them are late."""
-        boundary = self._hour(now - timedelta(seconds=self.policy.close_after_s))
+        boundary = self._hour(now.timestamp() - self.policy.close_after_s)
         closed = [row for key, row in self.rows.items() if key.window_start < boundary]
         if not closed:
             if self.closed_before is None or self.closed_before < boundary:
-                self.closed_before = boundary
+                self._close_before(boundary)
             return []
         for row in closed:
             del self.rows[row.key]
-        self._current.clear()
-        self.closed_before = boundary
+        self._forget_rows()
+        self._close_before(boundary)
         return closed

@@ -219,7 +219,8 @@ async def _account(t: Telemetry, readings: list[Reading], now: datetime) -> None
     if ledger is None or attributor is None:
         return
     try:
-        attributed = await attributor.attribute(readings, ledger.directory.placed_milli)
+        directory = ledger.directory
+        attributed = await attributor.attribute(readings, directory.placed_milli, directory.placements)
     except Exception:
         failures.error("attribute", "attributing the readings failed", exc_info=True)
         return
@@ -254,7 +255,7 @@ async def _flush_usage(t: Telemetry, now: datetime, final: bool = False) -> None
         return
     _last_flush[id(t)] = now
     try:
-        await flush_usage(t.uow, ledger, now)
+        await flush_usage(t.uow, ledger, now, final)
     except Exception:
         if not final:
             failures.error("usage", "storing usage failed; it is kept for the next flush", exc_info=True)

@@ -3,14 +3,14 @@ events, each round's readings attributed and counted, rows stored, rightsizing f
 
 The handlers keep the directory in Postgres (`jobs`, `pod_placements`) and in memory (the ledger's
 `directory`), so the sampler joins pods to jobs without a query per round. Rows are stored every
-`flush_interval_s` by replacing the stored row (idempotent, see `domain.usage`), and the daily rows
-of the days they touch are rebuilt from the hours.
+`flush_interval_s` by replacing the stored row (idempotent, see `domain.usage`); a day's daily rows
+are rebuilt from its hours when one of them closes (and when the sampler stops).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -74,32 +74,37 @@ class UsageLedger:
         return found
 
     def count(self, reading: Reading, shares: Sequence[Share], now: datetime | None) -> None:
-        jobs = self.directory.refs()
-        pricing = self.pricing(reading.node, reading.model)
-        self.accountant.add(reading.node, reading.gpu_uuid, reading.at, shares, jobs, pricing, now)
-        info = self.nodes.get(reading.node)
+        """Count one attributed reading (usage and cost) and observe each holder's use (rightsizing).
+        Runs for every reading: what it looks up per node is cached."""
+        node = reading.node
+        pricing = self._pricing.get(node) or self.pricing(node, reading.model)
+        self.accountant.add(node, reading.gpu_uuid, reading.at, shares, self.directory.refs(), pricing, now)
+        if not shares:
+            return
+        info = self.nodes.get(node)
         memory_total = reading.memory_total_mib or (
             info.gpu_memory_mib.get(reading.gpu_uuid, 0) if info else 0
         )
         model = reading.model or (info.gpu_model if info else "")
+        observe = self.rightsizing.observe
         for s in shares:
             if s.allocated_gpus <= 0:
                 continue
-            self.recommendations.extend(
-                self.rightsizing.observe(
-                    reading.node,
-                    reading.gpu_uuid,
-                    model,
-                    memory_total,
-                    s.namespace,
-                    s.pod,
-                    s.container,
-                    reading.at,
-                    s.allocated_gpus,
-                    s.used_gpus,
-                    s.memory_mib,
-                )
+            found = observe(
+                node,
+                reading.gpu_uuid,
+                model,
+                memory_total,
+                s.namespace,
+                s.pod,
+                s.container,
+                reading.at,
+                s.allocated_gpus,
+                s.used_gpus,
+                s.memory_mib,
             )
+            if found:
+                self.recommendations.extend(found)
 
     def take_recommendations(self) -> list[Recommendation]:
         out, self.recommendations = self.recommendations, []
@@ -107,15 +112,23 @@ class UsageLedger:
 
 
 def days_of(rows: Sequence[UsageRow]) -> list[datetime]:
-    return sorted({hour_of(r.key.window_start).replace(hour=0) for r in rows})
+    return days_of_hours({r.key.window_start for r in rows})
 
 
-async def record_usage(uow: TelemetryUnitOfWork, rows: Sequence[UsageRow]) -> None:
-    """Store rows (replacing) and rebuild the days they belong to."""
-    if not rows:
-        return
-    await uow.usage.save(rows)
-    await uow.usage.rollup_days(days_of(rows))
+def days_of_hours(hours: Iterable[datetime]) -> list[datetime]:
+    """The UTC midnights of these hours' days."""
+    return sorted({hour_of(h).replace(hour=0) for h in hours})
+
+
+async def record_usage(
+    uow: TelemetryUnitOfWork, rows: Sequence[UsageRow], days: Sequence[datetime] | None = None
+) -> None:
+    """Store rows (replacing) and rebuild the daily rows of `days` (by default the rows' days)."""
+    if rows:
+        await uow.usage.save(rows)
+    days = days_of(rows) if days is None else days
+    if days:
+        await uow.usage.rollup_days(days)
 
 
 def recommendation_event(r: Recommendation, directory: JobDirectory) -> RightsizingRecommended:
@@ -166,19 +179,27 @@ class Flushed:
 
 
 async def flush_usage(
-    uow_factory: Callable[[], TelemetryUnitOfWork], ledger: UsageLedger, now: datetime
+    uow_factory: Callable[[], TelemetryUnitOfWork],
+    ledger: UsageLedger,
+    now: datetime,
+    final: bool = False,
 ) -> Flushed:
     """Store the changed rows (replacing) and open/publish the new rightsizing findings in one unit
-    of work, then close the hours that are over. On failure the rows are marked changed again and the
-    recommendations put back, so the next flush stores them, and the error is raised."""
+    of work, then close the hours that are over. The daily rows are rebuilt when an hour of their day
+    closes, in the unit that stores its last rows, not at every flush (a day's sums are a scan of its
+    hours): they hold the closed hours, and on the `final` flush (the sampler stopping) the open ones
+    too. On failure the rows are marked changed again and the recommendations put back, so the next
+    flush stores them (and closes the hours), and the error is raised."""
     rows = ledger.accountant.dirty()
     recommendations = ledger.take_recommendations()
-    if not rows and not recommendations:
+    closing = ledger.accountant.closing(now)
+    days = days_of_hours([*closing, *(r.key.window_start for r in rows)] if final else closing)
+    if not rows and not recommendations and not days:
         ledger.accountant.close(now)
         return Flushed(0, [], [])
     try:
         async with uow_factory() as uow:
-            await record_usage(uow, rows)
+            await record_usage(uow, rows, days)
             opened = await record_recommendations(uow, recommendations, ledger.directory)
             await uow.commit()
     except Exception:
@@ -192,11 +213,16 @@ async def flush_usage(
 async def restore_usage(
     uow: TelemetryUnitOfWork, ledger: UsageLedger, now: datetime, nodes: Sequence[str] | None
 ) -> int:
-    """After a restart: the directory, the open hours' rows and the open rightsizing findings."""
+    """After a restart: the directory, the open hours' rows and the open rightsizing findings. The
+    hours that were open when the service stopped and have closed since are rolled into their days
+    (the last two stored before the open ones: an hour closes `close_after_s` after it ends)."""
     ledger.directory = await uow.directory.load()
     boundary = hour_of(now - timedelta(seconds=ledger.accountant.policy.close_after_s))
     rows = await uow.usage.rows_since(boundary, nodes)
     ledger.accountant.restore(rows, boundary)
+    latest = await uow.usage.latest_hour(boundary, nodes)
+    if latest is not None:
+        await uow.usage.rollup_days(days_of_hours([latest - timedelta(hours=1), latest]))
     for gpu_uuid, namespace, pod, container, kind in await uow.rightsizing.open_findings():
         from tessera.telemetry.domain.rightsizing import FindingKind
 

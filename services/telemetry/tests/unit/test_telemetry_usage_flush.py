@@ -1,0 +1,105 @@
+"""When a flush rebuilds the daily rows (when an hour of the day closes, on the last flush, after a
+restart), and the attributor's holders kept per node while the kubelet answers the same grants."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from tessera.telemetry.domain.attribution import DeviceGrant, Holder, HolderCache, split_reading
+from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
+from tessera.telemetry.domain.model import Reading
+from tessera.telemetry.service_layer.usage import UsageLedger, flush_usage, restore_usage
+
+from .test_telemetry_usage_handlers import FakeUsageUnitOfWork, a_ledger
+
+H0 = datetime(2026, 11, 23, 22, 0, tzinfo=UTC)
+DAY = H0.replace(hour=0)
+GPU = "GPU-0"
+
+
+def count(ledger: UsageLedger, start: datetime, seconds: int) -> None:
+    for i in range(seconds // 10):
+        at = start + timedelta(seconds=10 * i)
+        reading = Reading("n0", 0, GPU, at, 50.0, 1000, 100, 40, "A100-80GB", 81920)
+        ledger.count(reading, split_reading(50.0, 1000, [Holder("ns", "p", "main", GPU)]), None)
+
+
+async def test_a_day_is_rebuilt_when_one_of_its_hours_closes_not_at_every_flush() -> None:
+    ledger, uow = a_ledger(), FakeUsageUnitOfWork()
+    count(ledger, H0, 600)
+    flushed = await flush_usage(lambda: uow, ledger, H0 + timedelta(minutes=10))
+    assert flushed.rows == 1 and len(uow.usage_store.rows) == 1
+    assert uow.usage_store.days == []  # the hour is open: its day is not summed again yet
+
+    count(ledger, H0 + timedelta(minutes=10), 3000)  # to the end of the hour
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(minutes=61))
+    assert uow.usage_store.days == []  # ended, but open for late readings for two minutes
+
+    count(ledger, H0 + timedelta(hours=1), 120)
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=1, minutes=2, seconds=30))
+    assert uow.usage_store.days == [DAY]  # the hour closed: its day rebuilt with its last rows
+    assert ledger.accountant.closed_before == H0 + timedelta(hours=1)
+    stored = sorted(uow.usage_store.rows.values(), key=lambda r: r.key.window_start)
+    assert [r.allocated_gpu_s for r in stored] == [3600, 120]
+
+
+async def test_an_hour_closing_without_new_readings_still_rebuilds_its_day() -> None:
+    ledger, uow = a_ledger(), FakeUsageUnitOfWork()
+    count(ledger, H0, 600)
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(minutes=10))
+    flushed = await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=1, minutes=5))
+    assert flushed.rows == 0 and uow.usage_store.days == [DAY]
+
+
+async def test_the_last_flush_rebuilds_the_open_hours_days_too() -> None:
+    ledger, uow = a_ledger(), FakeUsageUnitOfWork()
+    count(ledger, H0 + timedelta(hours=1, minutes=50), 1200)  # 23:50 to 00:10, across midnight
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=2, minutes=10), final=True)
+    assert uow.usage_store.days == [DAY, DAY + timedelta(days=1)]
+
+
+async def test_a_restart_rolls_in_the_hours_that_closed_while_it_was_down() -> None:
+    ledger, uow = a_ledger(), FakeUsageUnitOfWork()
+    count(ledger, H0 + timedelta(hours=1, minutes=30), 1800)  # 23:30 to midnight, then it dies
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=1, minutes=59))
+    assert uow.usage_store.days == []
+
+    restarted = a_ledger()
+    restored = await restore_usage(uow, restarted, H0 + timedelta(hours=5), None)
+    assert restored == 0  # nothing open any more
+    assert uow.usage_store.days == [DAY]  # 23:00, closed while it was down, is in its day
+
+
+def grants(*pods: str) -> list[DeviceGrant]:
+    return [DeviceGrant("ns", pod, "main", "nvidia.com/gpu", f"{GPU}::{i}") for i, pod in enumerate(pods)]
+
+
+def test_a_nodes_holders_are_derived_again_only_when_its_grants_or_placements_change() -> None:
+    cache, directory = HolderCache(), JobDirectory()
+    directory.place([PlacedPod("a", "job", "n0", {GPU: 300}), PlacedPod("b", "job", "n0", {GPU: 700})])
+
+    def holders(node_grants: list[DeviceGrant], parents: dict[str, str] | None = None) -> list[Holder]:
+        by_gpu, _ = cache.holders(
+            "n0", node_grants, parents or {}, directory.placed_milli, directory.placements
+        )
+        return by_gpu[GPU]
+
+    first = holders(grants("a", "b"))
+    assert [(h.pod, h.milli, h.replica) for h in first] == [("a", 300, True), ("b", 700, True)]
+    assert holders(grants("a", "b")) is first  # the same answer (new objects, equal): kept
+
+    directory.place([PlacedPod("a", "job", "n0", {GPU: 500})])
+    moved = holders(grants("a", "b"))
+    assert moved is not first and [h.milli for h in moved] == [500, 700]
+
+    assert [h.pod for h in holders(grants("a"))] == ["a"]  # b let the GPU go
+    assert holders(grants("a"), {"MIG-1": GPU}) is not holders(grants("a"))  # MIG parents changed
+
+    cache.keep_only(["n1"])
+    assert holders(grants("a")) is not holders(grants("a", "b"))
+
+
+def test_a_directory_loaded_after_a_restart_never_repeats_an_earlier_placements_number() -> None:
+    before, after = JobDirectory(), JobDirectory()
+    before.place([PlacedPod("a", "job", "n0", {GPU: 300})])
+    assert len({before.placements, after.placements, JobDirectory().placements}) == 3

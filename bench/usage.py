@@ -15,7 +15,9 @@ as one telemetry instance would see it, on simulated nodes of 8 A100-80GB GPUs, 
 * every 30 simulated seconds (the service's `usage.flush_interval_s`) the changed rows and new
   rightsizing findings are stored by the service layer's `flush_usage`, the sampler's own code (`record_usage`,
   `record_recommendations`, one telemetry unit of work) on a new migrated database of a real
-  PostgreSQL (embedded unless --database-url names a server), and the ended hours are closed.
+  PostgreSQL (embedded unless --database-url names a server), and the ended hours are closed (their
+  days' daily rows rebuilt in the same unit of work; the last flush, as the sampler stops, rebuilds
+  the open hours' days too).
 
 Checks and figures (the rows are read back from the database):
   accounted_gpu_hours / trace_gpu_hours / error_pct
@@ -41,6 +43,7 @@ Checks and figures (the rows are read back from the database):
       `record_usage` of one flush's rows, the old repository (--baseline: row-by-row executemany)
       against the service's, alternating on the same stored rows.
 Goals: error within 0.5 %, >= 50,000 samples/s, < 5 % of one core per 1,000 GPUs.
+`python -m bench.usage_compare --before REV` runs this against an earlier commit, alternating.
 """
 
 from __future__ import annotations

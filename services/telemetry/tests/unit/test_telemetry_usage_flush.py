@@ -103,3 +103,24 @@ def test_a_directory_loaded_after_a_restart_never_repeats_an_earlier_placements_
     before, after = JobDirectory(), JobDirectory()
     before.place([PlacedPod("a", "job", "n0", {GPU: 300})])
     assert len({before.placements, after.placements, JobDirectory().placements}) == 3
+
+
+async def test_containers_gone_for_a_closed_hour_are_forgotten_and_count_afresh_if_they_return() -> None:
+    ledger, uow = a_ledger(), FakeUsageUnitOfWork()
+
+    def read(pod: str, gpu: str, start: datetime, seconds: int) -> None:
+        for i in range(seconds // 10):
+            at = start + timedelta(seconds=10 * i)
+            reading = Reading("n0", 0, gpu, at, 50.0, 1000, 100, 40, "A100-80GB", 81920)
+            ledger.count(reading, split_reading(50.0, 1000, [Holder("ns", pod, "main", gpu)]), None)
+
+    read("stays", "GPU-0", H0, 3600 + 300)
+    read("leaves", "GPU-1", H0, 1800)  # gone at 22:30
+    assert {h[2] for h in ledger.rightsizing.holders()} == {"stays", "leaves"}
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=1, minutes=5))  # 22:00 closes
+    assert {h[2] for h in ledger.rightsizing.holders()} == {"stays"}
+
+    read("leaves", "GPU-1", H0 + timedelta(hours=1, minutes=10), 10)  # back: one reading
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=1, minutes=11))
+    back = [r for r in uow.usage_store.rows.values() if r.key.pod == "leaves" and r.key.window_start > H0]
+    assert [r.allocated_gpu_s for r in back] == [10.0]  # one interval, as a first reading

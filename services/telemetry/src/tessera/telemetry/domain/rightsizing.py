@@ -244,6 +244,14 @@ class RightsizingTracker:
         for kind in FindingKind:
             self._reported.discard((*key, kind))
 
+    def prune(self, before: datetime) -> int:
+        """Forget the containers not read since `before` (gone pods: their windows would never end);
+        how many."""
+        gone = [k for k, w in self._windows.items() if w.last is None or w.last < before]
+        for key in gone:
+            self.forget(*key)
+        return len(gone)
+
     def seed_reported(
         self, gpu_uuid: str, namespace: str, pod: str, container: str, kind: FindingKind
     ) -> None:

@@ -444,7 +444,9 @@ class Accountant:
 
     def close(self, now: datetime) -> list[UsageRow]:
         """Close the hours that ended `close_after_s` ago: they are dropped from memory (after being
-        handed out by `dirty()` one last time) and later readings for them are late."""
+        handed out by `dirty()` one last time) and later readings for them are late. What is kept of
+        the containers not read since then (gone pods) is dropped too: a reading of theirs would be
+        late, and one after it is counted as a first reading."""
         boundary = self._hour(now.timestamp() - self.policy.close_after_s)
         closed = [row for key, row in self.rows.items() if key.window_start < boundary]
         if not closed:
@@ -455,4 +457,7 @@ class Accountant:
             del self.rows[row.key]
         self._forget_rows()
         self._close_before(boundary)
+        gone = [k for k, h in self._holdings.items() if h.last is None or h.last < self._closed_ts]
+        for run_key in gone:
+            del self._holdings[run_key]
         return closed

@@ -106,6 +106,11 @@ class UsageLedger:
             if found:
                 self.recommendations.extend(found)
 
+    def close(self, now: datetime) -> None:
+        """Close the hours that are over; forget the containers not read since (gone pods)."""
+        if self.accountant.close(now) and self.accountant.closed_before is not None:
+            self.rightsizing.prune(self.accountant.closed_before)
+
     def take_recommendations(self) -> list[Recommendation]:
         out, self.recommendations = self.recommendations, []
         return out
@@ -195,7 +200,7 @@ async def flush_usage(
     closing = ledger.accountant.closing(now)
     days = days_of_hours([*closing, *(r.key.window_start for r in rows)] if final else closing)
     if not rows and not recommendations and not days:
-        ledger.accountant.close(now)
+        ledger.close(now)
         return Flushed(0, [], [])
     try:
         async with uow_factory() as uow:
@@ -206,7 +211,7 @@ async def flush_usage(
         ledger.accountant.mark_dirty(rows)
         ledger.recommendations[:0] = recommendations
         raise
-    ledger.accountant.close(now)
+    ledger.close(now)
     return Flushed(len(rows), recommendations, opened)
 
 

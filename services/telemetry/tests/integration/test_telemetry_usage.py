@@ -33,7 +33,7 @@ from tessera.telemetry.domain.usage_report import GroupBy
 from tessera.telemetry.entrypoints.usage_api import router
 from tessera.telemetry.service_layer.dependencies import Telemetry
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
-from tessera.telemetry.service_layer.usage import UsageLedger, record_usage, restore_usage
+from tessera.telemetry.service_layer.usage import UsageLedger, flush_usage, record_usage, restore_usage
 from tessera.testing.services import ServiceProcess, settings_for
 
 pytestmark = pytest.mark.integration
@@ -165,6 +165,30 @@ async def test_two_hours_are_stored_hourly_and_daily_and_a_replayed_hour_counts_
     assert by_tenant[1].idle_gpu_hours == pytest.approx(1.0, abs=0.01)
     assert [(j.group, j.tenant, j.queue) for j in by_job] == [("job-b", "team-b", "serving")]
     assert by_job[0].cost == pytest.approx(4.0, abs=0.01)  # 1 GPU-hour at 4.0
+
+
+async def test_a_restart_after_the_open_hours_closed_rolls_them_into_their_days(
+    telemetry: RunningService[Any],
+) -> None:
+    first = ledger()
+    for reading, shares in readings(T0, 90):  # an hour and a half, flushed, then telemetry dies
+        first.count(reading, shares, reading.at)
+    await flush_usage(telemetry.ctx.uow, first, T0 + timedelta(minutes=90))
+    daily = "SELECT day, tenant, round(allocated_gpu_s::numeric) FROM telemetry.usage_daily ORDER BY 1, 2"
+    assert await stored(telemetry, daily) == [  # 23:00 had closed, midnight had not
+        (T0.replace(hour=0), "team-a", 3600),
+        (T0.replace(hour=0), "team-b", 1800),
+    ]
+
+    restarted = ledger()
+    async with uow(telemetry) as unit:  # hours later: nothing is open any more
+        assert await restore_usage(unit, restarted, T0 + timedelta(hours=6), None) == 0
+    assert await stored(telemetry, daily) == [  # midnight's hour too, committed by the restore
+        (T0.replace(hour=0), "team-a", 3600),
+        (T0.replace(hour=0), "team-b", 1800),
+        (T0.replace(hour=0) + timedelta(days=1), "team-a", 1800),
+        (T0.replace(hour=0) + timedelta(days=1), "team-b", 900),
+    ]
 
 
 # ---- GET /v1/usage, scoped by admission's tokens --------------------------------------------------

@@ -163,10 +163,11 @@ def test_replaying_a_window_counts_nothing_twice() -> None:
 
 
 def test_readings_of_a_closed_hour_are_late_and_refused() -> None:
-    accountant = Accountant(AccountingPolicy(close_after_s=60))
+    accountant = Accountant(AccountingPolicy(close_after_s=60, idle_window_s=600))
     run(accountant, [20.0] * 5)
     accountant.dirty()
-    closed = accountant.close(T0 + timedelta(hours=1, minutes=5))
+    assert accountant.close(T0 + timedelta(hours=1, minutes=10)) == []  # an idle run may reach back
+    closed = accountant.close(T0 + timedelta(hours=1, minutes=11))
     assert len(closed) == 1 and accountant.rows == {}
     run(accountant, [20.0] * 5)
     assert accountant.rows == {} and accountant.stats.late == 5
@@ -182,6 +183,19 @@ def test_idle_time_counts_only_for_runs_longer_than_the_window_and_then_whole() 
     assert row.idle_gpu_s == pytest.approx(610)
     run(accountant, [1.0] * 6, start=T0 + timedelta(seconds=920))  # and on, as it stays idle
     assert row.idle_gpu_s == pytest.approx(670)
+
+
+def test_an_idle_run_across_the_hour_credits_each_hour_its_own_idle_seconds() -> None:
+    accountant = Accountant(AccountingPolicy(interval_s=10, idle_window_s=600, idle_below_pct=5))
+    start = T0 + timedelta(minutes=55)  # idle from 10:55, flagged at 11:05
+    run(accountant, [1.0] * 48, start=start)  # to 11:02:50
+    assert accountant.close(T0 + timedelta(hours=1, minutes=3)) == []  # 10:00 is still held
+    run(accountant, [1.0] * 22, start=start + timedelta(seconds=480))  # to 11:06:30: flagged
+    for row in accountant.dirty():
+        assert row.idle_gpu_s <= row.allocated_gpu_s
+    by_hour = {r.key.window_start: r for r in accountant.rows.values()}
+    assert by_hour[T0].idle_gpu_s == pytest.approx(300) == by_hour[T0].allocated_gpu_s
+    assert by_hour[T0 + timedelta(hours=1)].idle_gpu_s == pytest.approx(400)
 
 
 def test_unknown_pods_are_billed_to_unknown_and_counted() -> None:

@@ -32,22 +32,22 @@ async def test_a_day_is_rebuilt_when_one_of_its_hours_closes_not_at_every_flush(
     assert uow.usage_store.days == []  # the hour is open: its day is not summed again yet
 
     count(ledger, H0 + timedelta(minutes=10), 3000)  # to the end of the hour
-    await flush_usage(lambda: uow, ledger, H0 + timedelta(minutes=61))
-    assert uow.usage_store.days == []  # ended, but open for late readings for two minutes
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(minutes=71))
+    assert uow.usage_store.days == []  # ended, but held for idle runs and late readings 12 minutes
 
-    count(ledger, H0 + timedelta(hours=1), 120)
-    await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=1, minutes=2, seconds=30))
+    count(ledger, H0 + timedelta(hours=1), 780)
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=1, minutes=12, seconds=30))
     assert uow.usage_store.days == [DAY]  # the hour closed: its day rebuilt with its last rows
     assert ledger.accountant.closed_before == H0 + timedelta(hours=1)
     stored = sorted(uow.usage_store.rows.values(), key=lambda r: r.key.window_start)
-    assert [r.allocated_gpu_s for r in stored] == [3600, 120]
+    assert [r.allocated_gpu_s for r in stored] == [3600, 780]
 
 
 async def test_an_hour_closing_without_new_readings_still_rebuilds_its_day() -> None:
     ledger, uow = a_ledger(), FakeUsageUnitOfWork()
     count(ledger, H0, 600)
     await flush_usage(lambda: uow, ledger, H0 + timedelta(minutes=10))
-    flushed = await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=1, minutes=5))
+    flushed = await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=1, minutes=15))
     assert flushed.rows == 0 and uow.usage_store.days == [DAY]
 
 
@@ -56,6 +56,15 @@ async def test_the_last_flush_rebuilds_the_open_hours_days_too() -> None:
     count(ledger, H0 + timedelta(hours=1, minutes=50), 1200)  # 23:50 to 00:10, across midnight
     await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=2, minutes=10), final=True)
     assert uow.usage_store.days == [DAY, DAY + timedelta(days=1)]
+
+
+async def test_the_last_flush_rebuilds_the_open_hours_days_even_with_nothing_new() -> None:
+    ledger, uow = a_ledger(), FakeUsageUnitOfWork()
+    count(ledger, H0, 600)
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(minutes=10))
+    assert uow.usage_store.days == []
+    flushed = await flush_usage(lambda: uow, ledger, H0 + timedelta(minutes=10, seconds=5), final=True)
+    assert flushed.rows == 0 and uow.usage_store.days == [DAY]
 
 
 async def test_a_restart_rolls_in_the_hours_that_closed_while_it_was_down() -> None:
@@ -114,13 +123,30 @@ async def test_containers_gone_for_a_closed_hour_are_forgotten_and_count_afresh_
             reading = Reading("n0", 0, gpu, at, 50.0, 1000, 100, 40, "A100-80GB", 81920)
             ledger.count(reading, split_reading(50.0, 1000, [Holder("ns", pod, "main", gpu)]), None)
 
-    read("stays", "GPU-0", H0, 3600 + 300)
+    read("stays", "GPU-0", H0, 3600 + 900)
     read("leaves", "GPU-1", H0, 1800)  # gone at 22:30
     assert {h[2] for h in ledger.rightsizing.holders()} == {"stays", "leaves"}
-    await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=1, minutes=5))  # 22:00 closes
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=1, minutes=15))  # 22:00 closes
     assert {h[2] for h in ledger.rightsizing.holders()} == {"stays"}
 
-    read("leaves", "GPU-1", H0 + timedelta(hours=1, minutes=10), 10)  # back: one reading
-    await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=1, minutes=11))
+    read("leaves", "GPU-1", H0 + timedelta(hours=1, minutes=20), 10)  # back: one reading
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(hours=1, minutes=21))
     back = [r for r in uow.usage_store.rows.values() if r.key.pod == "leaves" and r.key.window_start > H0]
     assert [r.allocated_gpu_s for r in back] == [10.0]  # one interval, as a first reading
+
+
+async def test_a_node_whose_clock_lags_keeps_its_rightsizing_windows_across_closes() -> None:
+    ledger, uow = a_ledger(), FakeUsageUnitOfWork()
+    lag = timedelta(minutes=20)  # the node's clock, against telemetry's: clamped to telemetry's
+    recommended = []
+    for i in range(int(2.5 * 360)):
+        now = H0 + timedelta(seconds=10 * i)
+        reading = Reading("n0", 0, GPU, now - lag, 50.0, 1000, 100, 40, "A100-80GB", 81920)
+        ledger.count(reading, split_reading(50.0, 1000, [Holder("ns", "p", "main", GPU)]), now)
+        if i % 3 == 2:
+            recommended += (await flush_usage(lambda: uow, ledger, now)).recommendations
+    assert ledger.accountant.stats.clamped == int(2.5 * 360)
+    assert ledger.accountant.closed_before == H0 + timedelta(hours=2)  # 22:00 and 23:00 closed
+    # one window's recommendation, made once: the window was not dropped (and its finding with it)
+    # at the close, as it was when rightsizing kept the node's own clock
+    assert [(r.pod, r.window_start) for r in recommended] == [("p", H0)]

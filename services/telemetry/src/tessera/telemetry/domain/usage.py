@@ -168,12 +168,20 @@ class AccountingPolicy:
     idle_window_s: float = 600.0
     #: a reading this far from the accountant's clock is clamped to it
     max_skew_s: float = 30.0
-    #: an hour closes (is written for the last time) this long after it ended
+    #: an hour closes (is written for the last time) this long after the idle window that could reach
+    #: back into it has passed (`hold_s`)
     close_after_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0 or self.max_gap_s < self.interval_s:
             raise ValueError("interval_s must be positive and max_gap_s at least interval_s")
+
+    @property
+    def hold_s(self) -> float:
+        """How long after its end an hour stays open: an idle run that began in it is flagged up to
+        `idle_window_s` later, and its idle seconds then go to that hour's row, so the row must still
+        be held; then `close_after_s` for late readings."""
+        return self.idle_window_s + self.close_after_s
 
 
 @dataclass(slots=True)
@@ -439,15 +447,15 @@ class Accountant:
 
     def closing(self, now: datetime) -> list[datetime]:
         """The hours that `close(now)` would close (those it holds rows of)."""
-        boundary = self._hour(now.timestamp() - self.policy.close_after_s)
+        boundary = self._hour(now.timestamp() - self.policy.hold_s)
         return sorted({key.window_start for key in self.rows if key.window_start < boundary})
 
     def close(self, now: datetime) -> list[UsageRow]:
-        """Close the hours that ended `close_after_s` ago: they are dropped from memory (after being
+        """Close the hours that ended `hold_s` ago: they are dropped from memory (after being
         handed out by `dirty()` one last time) and later readings for them are late. What is kept of
         the containers not read since then (gone pods) is dropped too: a reading of theirs would be
         late, and one after it is counted as a first reading."""
-        boundary = self._hour(now.timestamp() - self.policy.close_after_s)
+        boundary = self._hour(now.timestamp() - self.policy.hold_s)
         closed = [row for key, row in self.rows.items() if key.window_start < boundary]
         if not closed:
             if self.closed_before is None or self.closed_before < boundary:

@@ -27,7 +27,7 @@ from tessera.core.messaging.envelope import Envelope
 from tessera.telemetry.domain.attribution import Share
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.model import Reading
-from tessera.telemetry.domain.rightsizing import Recommendation, RightsizingTracker
+from tessera.telemetry.domain.rightsizing import FindingKind, Recommendation, RightsizingTracker
 from tessera.telemetry.domain.usage import (
     UNKNOWN_JOB,
     Accountant,
@@ -78,7 +78,9 @@ class UsageLedger:
         Runs for every reading: what it looks up per node is cached."""
         node = reading.node
         pricing = self._pricing.get(node) or self.pricing(node, reading.model)
-        self.accountant.add(node, reading.gpu_uuid, reading.at, shares, self.directory.refs(), pricing, now)
+        # a node clock too far off is clamped once, for the hours and the rightsizing windows alike
+        at = reading.at if now is None else self.accountant.clamp(node, reading.at, now)
+        self.accountant.add(node, reading.gpu_uuid, at, shares, self.directory.refs(), pricing)
         if not shares:
             return
         info = self.nodes.get(node)
@@ -98,7 +100,7 @@ class UsageLedger:
                 s.namespace,
                 s.pod,
                 s.container,
-                reading.at,
+                at,
                 s.allocated_gpus,
                 s.used_gpus,
                 s.memory_mib,
@@ -198,7 +200,7 @@ async def flush_usage(
     rows = ledger.accountant.dirty()
     recommendations = ledger.take_recommendations()
     closing = ledger.accountant.closing(now)
-    days = days_of_hours([*closing, *(r.key.window_start for r in rows)] if final else closing)
+    days = days_of_hours([*closing, *(k.window_start for k in ledger.accountant.rows)] if final else closing)
     if not rows and not recommendations and not days:
         ledger.close(now)
         return Flushed(0, [], [])
@@ -220,18 +222,18 @@ async def restore_usage(
 ) -> int:
     """After a restart: the directory, the open hours' rows and the open rightsizing findings. The
     hours that were open when the service stopped and have closed since are rolled into their days
-    (the last two stored before the open ones: an hour closes `close_after_s` after it ends)."""
+    (the last two stored before the open ones: an hour closes `hold_s` after it ends), and that is
+    committed."""
     ledger.directory = await uow.directory.load()
-    boundary = hour_of(now - timedelta(seconds=ledger.accountant.policy.close_after_s))
+    boundary = hour_of(now - timedelta(seconds=ledger.accountant.policy.hold_s))
     rows = await uow.usage.rows_since(boundary, nodes)
     ledger.accountant.restore(rows, boundary)
+    for gpu_uuid, namespace, pod, container, kind in await uow.rightsizing.open_findings():
+        ledger.rightsizing.seed_reported(gpu_uuid, namespace, pod, container, FindingKind(kind))
     latest = await uow.usage.latest_hour(boundary, nodes)
     if latest is not None:
         await uow.usage.rollup_days(days_of_hours([latest - timedelta(hours=1), latest]))
-    for gpu_uuid, namespace, pod, container, kind in await uow.rightsizing.open_findings():
-        from tessera.telemetry.domain.rightsizing import FindingKind
-
-        ledger.rightsizing.seed_reported(gpu_uuid, namespace, pod, container, FindingKind(kind))
+        await uow.commit()
     return len(rows)
 
 

@@ -66,20 +66,14 @@ from tessera.telemetry.config import UsageSettings
 from tessera.telemetry.domain.attribution import HolderCache, split_reading
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.model import Reading
+from tessera.telemetry.domain.pricing import Flavor, PriceBook
 from tessera.telemetry.domain.rightsizing import (
     FindingKind,
     Recommendation,
     RightsizingPolicy,
     RightsizingTracker,
 )
-from tessera.telemetry.domain.usage import (
-    HOUR_S,
-    Accountant,
-    AccountingPolicy,
-    Flavor,
-    PriceBook,
-    UsageRow,
-)
+from tessera.telemetry.domain.usage import HOUR_S, Accountant, AccountingPolicy, UsageRow
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
 from tessera.telemetry.service_layer.usage import NodeInfo, UsageLedger, restore_usage
 

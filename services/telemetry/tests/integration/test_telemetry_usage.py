@@ -22,13 +22,9 @@ from tessera.telemetry.config import TelemetrySettings
 from tessera.telemetry.domain.attribution import Holder, split_reading
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.model import NodeInventory, Reading
+from tessera.telemetry.domain.pricing import Flavor, PriceBook
 from tessera.telemetry.domain.rightsizing import RightsizingTracker
-from tessera.telemetry.domain.usage import (
-    Accountant,
-    AccountingPolicy,
-    Flavor,
-    PriceBook,
-)
+from tessera.telemetry.domain.usage import Accountant, AccountingPolicy
 from tessera.telemetry.domain.usage_report import GroupBy
 from tessera.telemetry.entrypoints.usage_api import router
 from tessera.telemetry.service_layer.dependencies import Telemetry
@@ -217,6 +213,35 @@ async def admission(nats_url: str, fresh_database: str, tmp_path: Path) -> Async
         await process.wait_exit()
 
 
+async def tokens_with_a_job(admission: ServiceProcess, tenants: list[str]) -> dict[str, str]:
+    """A token per tenant from admission, and a job of the first tenant submitted with its token (a
+    tenant token is scoped by its most recent job)."""
+    async with httpx.AsyncClient(
+        base_url=admission.url, headers={"Authorization": f"Bearer {ADMIN}"}
+    ) as http:
+        tokens = {t: (await http.post("/v1/tokens", json={"tenant": t})).json()["token"] for t in tenants}
+    job = {
+        "name": "train",
+        "tenant": tenants[0],
+        "pod_groups": [{"name": "w", "replicas": 1, "gpu": {"count": 1}}],
+    }
+    async with httpx.AsyncClient(
+        base_url=admission.url, headers={"Authorization": f"Bearer {tokens[tenants[0]]}"}
+    ) as http:
+        assert (await http.post("/v1/jobs", json=job)).status_code < 300
+    return tokens
+
+
+async def usage_app(telemetry: RunningService[Any], admission: ServiceProcess) -> FastAPI:
+    """Telemetry's usage routes, asking admission who a token may act for."""
+    deps: Telemetry = await telemetry.definition.dependencies(telemetry.ctx)
+    deps.auth, deps.admission_url, deps.admin_token = "required", admission.url, ADMIN
+    app = FastAPI()
+    app.include_router(router)
+    app.state.deps = deps
+    return app
+
+
 async def test_usage_is_scoped_to_the_tenant_of_the_token(
     telemetry: RunningService[Any], admission: ServiceProcess
 ) -> None:
@@ -227,28 +252,8 @@ async def test_usage_is_scoped_to_the_tenant_of_the_token(
         await record_usage(unit, usage.accountant.dirty())
         await unit.commit()
 
-    async with httpx.AsyncClient(
-        base_url=admission.url, headers={"Authorization": f"Bearer {ADMIN}"}
-    ) as http:
-        tokens = {
-            t: (await http.post("/v1/tokens", json={"tenant": t})).json()["token"]
-            for t in ("team-a", "team-b")
-        }
-    job = {
-        "name": "train",
-        "tenant": "team-a",
-        "pod_groups": [{"name": "w", "replicas": 1, "gpu": {"count": 1}}],
-    }
-    async with httpx.AsyncClient(
-        base_url=admission.url, headers={"Authorization": f"Bearer {tokens['team-a']}"}
-    ) as http:
-        assert (await http.post("/v1/jobs", json=job)).status_code < 300
-
-    deps: Telemetry = await telemetry.definition.dependencies(telemetry.ctx)
-    deps.auth, deps.admission_url, deps.admin_token = "required", admission.url, ADMIN
-    app = FastAPI()
-    app.include_router(router)
-    app.state.deps = deps
+    tokens = await tokens_with_a_job(admission, ["team-a", "team-b"])
+    app = await usage_app(telemetry, admission)
     window = {"from": T0.isoformat(), "to": (T0 + timedelta(hours=1)).isoformat()}
 
     async def get(token: str | None, **params: str) -> httpx.Response:

@@ -9,22 +9,20 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
 from tessera.core.runner import RunningService
 from tessera.telemetry.domain.attribution import Holder, split_reading
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.model import Reading
+from tessera.telemetry.domain.pricing import Flavor, PriceBook
 from tessera.telemetry.domain.rightsizing import RightsizingTracker
-from tessera.telemetry.domain.usage import Accountant, AccountingPolicy, Flavor, PriceBook
+from tessera.telemetry.domain.usage import Accountant, AccountingPolicy
 from tessera.telemetry.domain.usage_report import GroupBy
 from tessera.telemetry.domain.usage_series import hour_sums
-from tessera.telemetry.entrypoints.usage_api import router
-from tessera.telemetry.service_layer.dependencies import Telemetry
 from tessera.telemetry.service_layer.usage import UsageLedger, record_usage
 from tessera.testing.services import ServiceProcess
 
-from .test_telemetry_usage import ADMIN, admission, telemetry
+from .test_telemetry_usage import ADMIN, admission, telemetry, tokens_with_a_job, usage_app
 
 pytestmark = pytest.mark.integration
 
@@ -81,25 +79,8 @@ async def test_the_series_per_tenant_and_hour_scoped_by_the_token(
     assert [(s.hour, s.group) for s in stored] == [(s.hour, s.group) for s in expected]
     assert [s.allocated_gpu_s for s in stored] == pytest.approx([s.allocated_gpu_s for s in expected])
 
-    async with httpx.AsyncClient(
-        base_url=admission.url, headers={"Authorization": f"Bearer {ADMIN}"}
-    ) as http:
-        token_a = (await http.post("/v1/tokens", json={"tenant": "team-a"})).json()["token"]
-    job = {
-        "name": "train",
-        "tenant": "team-a",
-        "pod_groups": [{"name": "w", "replicas": 1, "gpu": {"count": 1}}],
-    }
-    async with httpx.AsyncClient(
-        base_url=admission.url, headers={"Authorization": f"Bearer {token_a}"}
-    ) as http:
-        assert (await http.post("/v1/jobs", json=job)).status_code < 300
-
-    deps: Telemetry = await telemetry.definition.dependencies(telemetry.ctx)
-    deps.auth, deps.admission_url, deps.admin_token = "required", admission.url, ADMIN
-    app = FastAPI()
-    app.include_router(router)
-    app.state.deps = deps
+    token_a = (await tokens_with_a_job(admission, ["team-a"]))["team-a"]
+    app = await usage_app(telemetry, admission)
     # three hours, the first asked from half past: it starts on the hour; the third holds nothing
     window = {"from": (T0 + timedelta(minutes=30)).isoformat(), "to": (T0 + timedelta(hours=3)).isoformat()}
 
@@ -114,7 +95,7 @@ async def test_the_series_per_tenant_and_hour_scoped_by_the_token(
     everyone = await get(ADMIN)
     assert everyone.status_code == 200, everyone.text
     body = everyone.json()
-    assert body["from"] == T0.isoformat() and body["currency"] == deps.currency
+    assert body["from"] == T0.isoformat() and body["currency"] == app.state.deps.currency
     a, b = body["series"]
     assert [p["hour"] for p in a["points"]] == [(T0 + timedelta(hours=h)).isoformat() for h in range(3)]
     assert (a["group"], b["group"]) == ("team-a", "team-b")  # the most allocated first

@@ -17,6 +17,7 @@ from tessera.telemetry.domain.attribution import (
     split_reading,
 )
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
+from tessera.telemetry.domain.pricing import CapacityType, Flavor, PriceBook, Pricing, capacity_type_of
 from tessera.telemetry.domain.rightsizing import (
     FindingKind,
     RightsizingPolicy,
@@ -24,16 +25,7 @@ from tessera.telemetry.domain.rightsizing import (
     recommended_milli,
     smallest_mig_profile,
 )
-from tessera.telemetry.domain.usage import (
-    Accountant,
-    AccountingPolicy,
-    CapacityType,
-    Flavor,
-    JobRef,
-    PriceBook,
-    Pricing,
-    capacity_type_of,
-)
+from tessera.telemetry.domain.usage import Accountant, AccountingPolicy, JobRef
 from tessera.telemetry.domain.usage_report import GroupBy, totals
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)

@@ -20,8 +20,9 @@ from tessera.contracts.events import (
 from tessera.telemetry.domain.attribution import Holder, split_reading
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.model import Reading
+from tessera.telemetry.domain.pricing import PriceBook
 from tessera.telemetry.domain.rightsizing import FindingKind, Recommendation, RightsizingTracker
-from tessera.telemetry.domain.usage import Accountant, PriceBook, UsageRow
+from tessera.telemetry.domain.usage import Accountant, UsageRow
 from tessera.telemetry.domain.usage_report import GroupBy, UsageTotal, totals
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
 from tessera.telemetry.service_layer.usage import (

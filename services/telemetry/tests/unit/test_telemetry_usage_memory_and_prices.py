@@ -10,7 +10,8 @@ import pytest
 
 from tessera.telemetry.config import PricingSettings
 from tessera.telemetry.domain.attribution import Holder, split_reading
-from tessera.telemetry.domain.usage import Accountant, AccountingPolicy, CapacityType, JobRef, Pricing
+from tessera.telemetry.domain.pricing import CapacityType, Pricing
+from tessera.telemetry.domain.usage import Accountant, AccountingPolicy, JobRef
 from tessera.telemetry.domain.usage_report import GroupBy, totals
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)

@@ -11,7 +11,7 @@ import yaml
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
 
 from tessera.core.settings import ServiceSettings, StreamSettings, http_port, service_config
-from tessera.telemetry.domain.usage import CapacityType, Flavor, PriceBook
+from tessera.telemetry.domain.pricing import CapacityType, Flavor, PriceBook
 
 
 class SourceKind(StrEnum):

@@ -9,6 +9,7 @@ against the devcluster."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,10 @@ async def publish_inventory(nats_url: str) -> None:
         await js.publish(subject, body, headers=headers)
     finally:
         await nc.close()
+
+
+async def _contains(found: Awaitable[list[Any]], item: Any) -> bool:
+    return item in await found
 
 
 async def test_a_jobs_conditions_and_events_say_why_it_waits_with_the_numbers(
@@ -119,7 +124,11 @@ async def test_a_jobs_conditions_and_events_say_why_it_waits_with_the_numbers(
             "QuotaExhausted",
             why,
         )
-        assert ("Normal", "QuotaExhausted", why) in await events("second")
+        await eventually(  # the Event is written just after the condition
+            lambda: _contains(events("second"), ("Normal", "QuotaExhausted", why)),
+            what="second's QuotaExhausted Event",
+            timeout=30,
+        )
         assert (await conditions("second"))["Inadmissible"][0] == "False"
         assert (await asyncio.to_thread(batch.read_namespaced_job, "second", "ml")).spec.suspend is True
 
@@ -132,9 +141,8 @@ async def test_a_jobs_conditions_and_events_say_why_it_waits_with_the_numbers(
 
         lost = await eventually(lambda: inadmissible("lost"), what="lost Inadmissible", timeout=30)
         assert lost == ("True", "QueueNotFound", "queue: unknown queue 'nope'")
-        assert ("Warning", "QueueNotFound", "Inadmissible: queue: unknown queue 'nope'") in await events(
-            "lost"
-        )
+        warned = ("Warning", "QueueNotFound", "Inadmissible: queue: unknown queue 'nope'")
+        await eventually(lambda: _contains(events("lost"), warned), what="lost's Warning Event", timeout=30)
         assert (await asyncio.to_thread(batch.read_namespaced_job, "lost", "ml")).spec.suspend is True
 
         # A pod no node could ever hold (16 GPUs; the nodes have 8): Inadmissible naming the shape.

@@ -21,6 +21,7 @@ from tessera.admission.entrypoints.webhook import webhook_configuration
 from tessera.cluster.kube import api_client
 from tessera.testing.services import eventually
 
+from .test_admission_job_conditions_devcluster import _contains
 from .test_admission_native_jobs_devcluster import kubeconfig, serving
 
 pytestmark = pytest.mark.integration
@@ -128,7 +129,11 @@ async def test_a_jobsets_conditions_and_events_say_why_it_waits_and_when_it_neve
         assert why.startswith("queue team-a: needs 6 A100-80GB GPUs, 2 free in quota"), why
         assert second["Inadmissible"]["status"] == "False", "quota may free up: not inadmissible"
         assert second["Suspended"]["status"] == "True", "the JobSet controller's own condition is kept"
-        assert ("Normal", "QuotaExhausted", why) in await events("second")
+        await eventually(  # the Event is written just after the condition
+            lambda: _contains(events("second"), ("Normal", "QuotaExhausted", why)),
+            what="second's QuotaExhausted Event",
+            timeout=30,
+        )
         assert (await read("second"))["spec"]["suspend"] is True
 
         # Pods that require H100s, in a queue of A100s: Inadmissible, naming the affinity, and held.

@@ -164,8 +164,12 @@ async def test_each_group_is_admitted_whole_a_scaled_group_waits_and_deletion_fr
         ]
         held = next(g for g in groups.values() if all(gated(p) for p in g))
         assert all("tessera.io/job-id" not in p["metadata"]["labels"] for p in held)
-        reasons = [reason for reason, _ in await cluster.events("llm")]
-        assert "Queued" in reasons and "Admitted" in reasons, reasons
+
+        async def queued_and_admitted() -> list[str] | None:
+            reasons = [reason for reason, _ in await cluster.events("llm")]
+            return reasons if {"Queued", "Admitted"} <= set(reasons) else None
+
+        await eventually(queued_and_admitted, what="llm's Queued and Admitted Events")
 
         async def says_why() -> list[str]:
             return [m for _, m in await cluster.events("llm") if "waits:" in m and "queue serving" in m]

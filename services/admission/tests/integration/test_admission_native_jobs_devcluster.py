@@ -142,10 +142,16 @@ async def test_a_labelled_job_is_queued_admitted_released_and_deleted_through_ad
             listed = await asyncio.to_thread(core.list_namespaced_event, NS)
             return [(e.type, e.reason, e.message) for e in listed.items if e.involved_object.name == name]
 
-        (warning,) = [e for e in await events_of("sneaky") if e[0] == "Warning"]
-        assert warning[1] == "Inadmissible" and "may submit only to its own queue 'team-a'" in warning[2]
-        assert ("Normal", "Admitted") in [(kind, reason) for kind, reason, _ in await events_of("first")]
-        assert ("Normal", "Queued") in [(kind, reason) for kind, reason, _ in await events_of("second")]
+        async def with_reason(name: str, kind: str, reason: str) -> list[tuple[str, str, str]]:
+            found = await events_of(name)
+            return found if (kind, reason) in [(k, r) for k, r, _ in found] else []
+
+        # Each Event is written just after the state the job resource shows.
+        found = await eventually(lambda: with_reason("sneaky", "Warning", "Inadmissible"), what="a Warning")
+        (warning,) = [e for e in found if e[0] == "Warning"]
+        assert "may submit only to its own queue 'team-a'" in warning[2], warning
+        await eventually(lambda: with_reason("first", "Normal", "Admitted"), what="first's Admitted Event")
+        await eventually(lambda: with_reason("second", "Normal", "Queued"), what="second's Queued Event")
 
         # Deleting the first cancels its job; its quota admits the second.
         await asyncio.to_thread(batch.delete_namespaced_job, "first", NS)

@@ -106,3 +106,41 @@ async def test_hourly_rows_replace_the_stored_ones_and_the_last_of_a_key_wins(un
     async with units() as uow:
         restored = await uow.usage.rows_since(DAY)
     assert restored == [later]
+
+
+async def test_two_instances_rebuilding_one_day_at_once_leave_the_sums_of_both(fresh_database: str) -> None:
+    """Telemetry runs on every node: two instances may close the same hour at once. The second's
+    rebuild waits for the first to commit and then reads its hours too; without that, it would read
+    the day before the first committed and overwrite the first's day with its own hours alone."""
+    await asyncio.to_thread(migrate, "telemetry", fresh_database)
+    engine = make_engine(fresh_database, pool_size=3)
+    sessions = make_session_factory(engine)
+
+    def unit() -> TelemetryUnitOfWork:
+        return TelemetryUnitOfWork(sessions, orm.outbox, orm.inbox, "tessera/telemetry")
+
+    async def waiting() -> int:
+        async with unit() as uow:
+            found = await uow.session.execute(text("SELECT count(*) FROM pg_locks WHERE NOT granted"))
+            return int(found.scalar_one())
+
+    async def second() -> None:
+        async with unit() as uow:
+            await record_usage(uow, [row(1, "q", "job-a", 40.0)])
+            await uow.commit()
+
+    try:
+        async with unit() as first:
+            await record_usage(first, [row(1, "p", "job-a", 100.0)])
+            other = asyncio.create_task(second())
+            for _ in range(200):  # until the second instance waits on the first
+                if await waiting() or other.done():
+                    break
+                await asyncio.sleep(0.02)
+            await first.commit()
+        await other
+        async with unit() as uow:
+            days = [tuple(r) for r in await uow.session.execute(text(DAILY))]
+        assert days == [(DAY, "job-a", 140.0, 20)]
+    finally:
+        await engine.dispose()

@@ -150,6 +150,9 @@ class SqlJobDirectoryRepository:
         return directory
 
 
+DAILY_ROLLUP_LOCK = 0x7E55E7A_D1
+"""pg_advisory_xact_lock key of the daily rollup: one day rebuilt at a time across instances."""
+
 _SUM_COLUMNS = ("allocated_gpu_s", "used_gpu_s", "memory_mib_s", "idle_gpu_s", "cost", "samples")
 _HOURLY_KEY = ("window_start", "node", "gpu_uuid", "namespace", "pod", "container")
 
@@ -309,6 +312,10 @@ class SqlUsageRepository:
     async def rollup_days(self, days: Sequence[datetime]) -> None:
         if not days:
             return
+        # Telemetry runs on every node, and two instances may rebuild one day at once. The lock,
+        # held to commit, makes the second rebuild read the day after the first committed its hours;
+        # otherwise it reads the day without them and overwrites the first's sums with its own.
+        await self.session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": DAILY_ROLLUP_LOCK})
         await self.session.execute(_daily_rollup(), {"days": sorted(set(days))})
 
     async def totals(

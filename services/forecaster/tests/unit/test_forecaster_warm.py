@@ -38,3 +38,17 @@ def test_every_candidate_that_fits_the_series_is_fit_once_and_a_failure_is_logge
     assert (failing.fits, ok.fits, too_long.fits) == ([WARM_STEPS], [WARM_STEPS], [])
     assert seconds >= 0
     assert [getattr(r, "model", None) for r in caplog.records if r.msg == "warming a model failed"] == ["bad"]
+
+
+def test_warming_stops_after_the_fit_in_progress_once_the_service_stops() -> None:
+    first, second, third = Recording("first"), Recording("second"), Recording("third")
+    stop = [False]
+
+    class StopsTheService(Recording):
+        def fit(self, history: Sequence[float], horizon: int) -> Fitted:
+            stop[0] = True  # the service is told to stop while this fit runs
+            return super().fit(history, horizon)
+
+    stopping = StopsTheService("stopping")
+    warm([first, stopping, second, third], horizon=15, stopped=lambda: stop[0])
+    assert (first.fits, stopping.fits, second.fits, third.fits) == ([WARM_STEPS], [WARM_STEPS], [], [])

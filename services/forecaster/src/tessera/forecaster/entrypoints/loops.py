@@ -6,7 +6,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tessera.core.waits import wait_any
 from tessera.forecaster.domain.selection import Candidate
@@ -43,15 +43,19 @@ async def warm_models(deps: ForecasterDeps) -> None:
     if deps.stop.is_set():
         return
     horizon = deps.engine.horizon
-    seconds = await asyncio.to_thread(warm, deps.candidates(), horizon)
-    log.info("models warmed", extra={"seconds": round(seconds, 1)})
+    # the service's stop ends warming after the fit in progress: the thread is not left to run on
+    seconds = await asyncio.to_thread(warm, deps.candidates(), horizon, deps.stop.is_set)
+    log.info("models warmed", extra={"seconds": round(seconds, 1), "stopped": deps.stop.is_set()})
 
 
-def warm(candidates: Sequence[Candidate], horizon: int) -> float:
-    """Fit each candidate on a noisy wave; a candidate that fails is logged, not raised. The seconds taken."""
+def warm(candidates: Sequence[Candidate], horizon: int, stopped: Callable[[], bool] = lambda: False) -> float:
+    """Fit each candidate on a noisy wave; a candidate that fails is logged, not raised; once `stopped`
+    answers true no further candidate is fit. The seconds taken."""
     started = time.perf_counter()
     series = [10.0 + 5.0 * math.sin(i / 9) + (i * 7 % 5) / 5 for i in range(WARM_STEPS)]
     for candidate in candidates:
+        if stopped():
+            break
         if candidate.min_history(horizon) > len(series):
             continue
         try:

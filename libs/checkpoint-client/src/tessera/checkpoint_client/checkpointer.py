@@ -34,75 +34,46 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
-from tessera.checkpoint_client.durable import (
-    TensorRecord,
-    cleanup_torn,
-    job_dir,
-    latest_complete,
-    prune,
-    read_arena,
-    read_manifest,
-    write_checkpoint,
+from tessera.checkpoint_client.durable import TensorRecord, read_arena
+from tessera.checkpoint_client.flush import Job as _Job
+from tessera.checkpoint_client.flush import flush, report
+from tessera.checkpoint_client.format import DEFAULT_CHUNK_BYTES, Manifest
+from tessera.checkpoint_client.restore import (
+    check_state,
+    copy_into,
+    latest_uri,
+    load,
+    locate,
+    staging_matching,
 )
-from tessera.checkpoint_client.errors import CheckpointError, CheckpointNotFound, StateMismatch
-from tessera.checkpoint_client.format import DEFAULT_CHUNK_BYTES, Manifest, dir_name
-from tessera.checkpoint_client.staging import Staging, StagingPool, plan_layout
+from tessera.checkpoint_client.results import CheckpointResult, SaveRequest, State, StorageUnavailable
+from tessera.checkpoint_client.staging import Staging, StagingPool
 from tessera.checkpoint_client.store import Store, open_store
-from tessera.checkpoint_client.tree import Flat, LeafAdapter, LeafInfo, NumpyAdapter, decode_value, flatten
+from tessera.checkpoint_client.tree import Flat, LeafAdapter, NumpyAdapter, flatten
 from tessera.contracts.events import ReportCheckpoint, SaveCheckpoint
+
+__all__ = [
+    "ENV_URI",
+    "CheckpointResult",
+    "Checkpointer",
+    "SaveRequest",
+    "State",
+    "StorageUnavailable",
+    "check_state",
+    "latest_uri",
+    "load",
+    "new_checkpoint_id",
+]
 
 log = logging.getLogger(__name__)
 
 ENV_URI = "TESSERA_CHECKPOINT_URI"
-State = Mapping[Any, Any] | Callable[[], Mapping[Any, Any]]
-
-
-@dataclass(frozen=True)
-class SaveRequest:
-    reason: str
-    request_id: str | None = None
-    deadline: datetime | None = None
-
-
-@dataclass(frozen=True)
-class CheckpointResult:
-    """The outcome of one checkpoint, once its flush ended."""
-
-    ok: bool
-    step: int
-    trigger: str  # requested, periodic, manual
-    requests: tuple[SaveRequest, ...] = ()
-    uri: str = ""
-    checkpoint_id: str = ""
-    size_bytes: int = 0
-    stall_s: float = 0.0
-    flush_s: float = 0.0
-    reason: str = ""  # why it failed
-    finished_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-
-
-@dataclass
-class _Job:
-    step: int
-    checkpoint_id: str
-    staging: Staging
-    tensors: list[TensorRecord]
-    objects: list[tuple[str, tuple[Any, ...], Any]]
-    fences: list[Callable[[], None]]
-    trigger: str
-    requests: tuple[SaveRequest, ...]
-    stall_s: float
-
-
-class StorageUnavailable(CheckpointError):
-    pass
 
 
 class Checkpointer:
@@ -298,59 +269,15 @@ class Checkpointer:
             self._announce(result)
 
     def _flush(self, job: _Job) -> CheckpointResult:
-        started = time.perf_counter()
-        directory = ""
-        try:
-            for fence in job.fences:
-                fence()
-            if self._store is None:
-                raise StorageUnavailable(self._store_error)
-            store = self._store
-            directory = store.join(job_dir(store, self.job_id), dir_name(job.step, job.checkpoint_id))
-            written = write_checkpoint(
-                store,
-                job_id=self.job_id,
-                step=job.step,
-                checkpoint_id=job.checkpoint_id,
-                arena=job.staging.used(),
-                tensors=job.tensors,
-                objects=job.objects,
-                chunk_bytes=self.chunk_bytes,
-                metadata={**self.metadata, "trigger": job.trigger},
-            )
-        except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-            log.error("checkpoint of step %s failed: %s", job.step, reason)
-            if directory and self._store is not None:
-                cleanup_torn(self._store, directory)
-            return CheckpointResult(
-                ok=False,
-                step=job.step,
-                trigger=job.trigger,
-                requests=job.requests,
-                checkpoint_id=job.checkpoint_id,
-                stall_s=job.stall_s,
-                flush_s=time.perf_counter() - started,
-                reason=reason,
-            )
-        finally:
-            self.pool.release(job.staging)
-        flush_s = time.perf_counter() - started
-        try:
-            prune(store, self.job_id, self.keep, written.path)
-        except Exception as exc:  # the checkpoint is safe; old ones stay until the next prune
-            log.warning("could not delete old checkpoints of %s: %s", self.job_id, exc)
-        log.info("checkpoint of step %s saved to %s in %.2fs", job.step, written.uri, flush_s)
-        return CheckpointResult(
-            ok=True,
-            step=job.step,
-            trigger=job.trigger,
-            requests=job.requests,
-            uri=written.uri,
-            checkpoint_id=job.checkpoint_id,
-            size_bytes=written.total_bytes,
-            stall_s=job.stall_s,
-            flush_s=flush_s,
+        return flush(
+            job,
+            store=self._store,
+            store_error=self._store_error,
+            pool=self.pool,
+            job_id=self.job_id,
+            keep=self.keep,
+            chunk_bytes=self.chunk_bytes,
+            metadata=self.metadata,
         )
 
     def _announce(self, result: CheckpointResult) -> None:
@@ -364,18 +291,7 @@ class Checkpointer:
                 self.link.report(self._report(result, request), result.checkpoint_id)
 
     def _report(self, result: CheckpointResult, request: SaveRequest) -> ReportCheckpoint:
-        return ReportCheckpoint(
-            job_id=self.job_id,
-            request_id=request.request_id,
-            outcome="saved" if result.ok else "failed",
-            step=result.step,
-            size_bytes=result.size_bytes,
-            uri=result.uri,
-            stall_s=result.stall_s,
-            flush_s=result.flush_s,
-            reason=result.reason if not result.ok else result.trigger,
-            at=result.finished_at,
-        )
+        return report(self.job_id, result, request)
 
     # --- requests ---------------------------------------------------------------------------------------
 
@@ -414,7 +330,7 @@ class Checkpointer:
         arena = staging.used() if staging is not None else np.empty(manifest.total_bytes, dtype=np.uint8)
         try:
             read_arena(store, directory, manifest, arena)
-            _copy_into(live, manifest, entries, arena, own=staging is None)
+            copy_into(live, manifest, entries, arena, own=staging is None)
         finally:
             if staging is not None:
                 self.pool.release(staging)
@@ -422,29 +338,10 @@ class Checkpointer:
         return manifest.step
 
     def _locate(self, uri: str | None) -> tuple[Store, str, Manifest] | None:
-        if uri:
-            store = open_store(uri)
-            return store, store.root, read_manifest(store, store.root, self.job_id)
-        if self._store is None:
-            raise CheckpointNotFound(self._store_error)
-        found = latest_complete(self._store, self.job_id)
-        if found is None:
-            return None
-        return self._store, found[0], found[1]
+        return locate(uri, self._store, self._store_error, self.job_id)
 
     def _staging_matching(self, live: Flat, manifest: Manifest) -> Staging | None:
-        """The staging, when the checkpoint's layout is the one this state gets (the usual case): the restore
-        reads straight into it and it is warm for the first snapshot. Otherwise a temporary buffer."""
-        plan = plan_layout([(leaf.name, leaf.info.nbytes) for leaf in live.tensors if leaf.info])
-        mine = [(s.name, s.offset, s.nbytes) for s in plan.slots]
-        theirs = [(t.name, t.offset, t.nbytes) for t in manifest.tensors]
-        if mine != theirs or plan.total_bytes != manifest.total_bytes:
-            return None
-        staging = self.pool.acquire(live, self.adapters, block=True)
-        if staging is not None and staging.plan.signature != plan.signature:
-            self.pool.release(staging)
-            return None
-        return staging
+        return staging_matching(self.pool, self.adapters, live, manifest)
 
 
 def new_checkpoint_id() -> str:
@@ -458,101 +355,9 @@ def _close_at_exit(ref: weakref.ref[Checkpointer]) -> None:
         checkpointer.close()
 
 
-def check_state(live: Flat, manifest: Manifest, *, strict: bool = True) -> dict[str, Any]:
-    """Manifest entry by name for every leaf of `live`; a mismatch raises `StateMismatch` naming the leaf."""
-    tensors = {t.name: t for t in manifest.tensors}
-    objects = {o.name: o for o in manifest.objects}
-    entries: dict[str, Any] = {}
-    for leaf in live.tensors:
-        entry = tensors.get(leaf.name)
-        info = leaf.info
-        assert info is not None
-        if entry is None:
-            if leaf.name in objects:
-                raise StateMismatch(leaf.name, "a tensor in the state, a plain value in the checkpoint")
-            raise StateMismatch(leaf.name, "not in the checkpoint")
-        if tuple(entry.shape) != info.shape:
-            raise StateMismatch(
-                leaf.name, f"shape {tuple(entry.shape)} in the checkpoint, {info.shape} in the state"
-            )
-        if entry.dtype != info.dtype:
-            raise StateMismatch(
-                leaf.name, f"dtype {entry.dtype} in the checkpoint, {info.dtype} in the state"
-            )
-        entries[leaf.name] = entry
-    for leaf in live.objects:
-        obj_entry = objects.get(leaf.name)
-        if obj_entry is None:
-            if leaf.name in tensors:
-                raise StateMismatch(leaf.name, "a plain value in the state, a tensor in the checkpoint")
-            inside = sorted(n for n in (*tensors, *objects) if n.startswith(leaf.name + "."))
-            if inside:
-                raise StateMismatch(
-                    leaf.name,
-                    f"empty in the state, the checkpoint holds {inside[0]} and {len(inside) - 1} more"
-                    " (load() rebuilds such a state, e.g. an optimizer before its first step)",
-                )
-            if strict:
-                raise StateMismatch(leaf.name, "not in the checkpoint")
-            continue
-        entries[leaf.name] = obj_entry
-    if strict:
-        extra = sorted((set(tensors) | set(objects)) - live.names())
-        if extra:
-            raise StateMismatch(extra[0], f"in the checkpoint but not in the state ({len(extra)} such)")
-    return entries
-
-
-def _copy_into(live: Flat, manifest: Manifest, entries: dict[str, Any], arena: Any, *, own: bool) -> None:
-    for leaf in live.tensors:
-        entry = entries[leaf.name]
-        src = arena[entry.offset : entry.offset + entry.nbytes]
-        assert leaf.adapter is not None and leaf.info is not None
-        if not leaf.adapter.copy_in(leaf.obj, src):
-            leaf.replace(leaf.adapter.materialize(leaf.info, src if own else src.copy()))
-    for leaf in live.objects:
-        if leaf.name in entries:
-            leaf.replace(decode_value(entries[leaf.name].value))
-
-
 def _adapters_in(flat: Flat) -> list[LeafAdapter]:
     seen: list[LeafAdapter] = []
     for leaf in flat.tensors:
         if leaf.adapter is not None and all(leaf.adapter is not a for a in seen):
             seen.append(leaf.adapter)
     return seen
-
-
-def load(
-    uri: str, *, job_id: str | None = None, storage_options: dict[str, Any] | None = None
-) -> tuple[int, dict[Any, Any]]:
-    """(step, state) of one checkpoint directory as nested dicts of NumPy arrays, verified.
-
-    The arrays are views into one buffer that belongs to the caller. Tensors whose dtype NumPy lacks
-    (`torch.bfloat16`) come back as raw bytes; `tessera.checkpoint_client.torch.load` rebuilds them."""
-    from tessera.checkpoint_client.durable import read_checkpoint
-    from tessera.checkpoint_client.tree import parse_dtype, unflatten
-
-    store = open_store(uri, storage_options)
-    manifest = read_manifest(store, store.root, job_id)
-    arena = read_checkpoint(store, store.root, manifest)
-    leaves: list[tuple[Sequence[Any], object]] = []
-    adapter = NumpyAdapter()
-    for t in manifest.tensors:
-        src = arena[t.offset : t.offset + t.nbytes]
-        info = LeafInfo(tuple(t.shape), t.dtype, t.nbytes, t.kind)
-        try:
-            parse_dtype(t.dtype)
-        except (TypeError, ValueError):
-            leaves.append((t.path, src))
-            continue
-        leaves.append((t.path, adapter.materialize(info, src)))
-    leaves += [(o.path, decode_value(o.value)) for o in manifest.objects]
-    return manifest.step, unflatten(leaves)
-
-
-def latest_uri(storage_url: str, job_id: str, storage_options: dict[str, Any] | None = None) -> str | None:
-    """The newest complete checkpoint of a job, or None."""
-    store = open_store(storage_url, storage_options)
-    found = latest_complete(store, job_id)
-    return store.uri(found[0]) if found else None

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -27,198 +24,60 @@ import httpx
 from rich.console import Console
 from rich.markup import escape
 
-from tessera.cli.devcluster import DEFAULT_DEVCLUSTER_PORT, DevclusterProcess, write_default_cluster
+from tessera.cli.devcluster import DevclusterProcess
 from tessera.cli.infra_watch import InfraWatch
 from tessera.cli.supervisor import ServiceSpec, Supervisor
-from tessera.cli.up_auth import ServiceAccess, StackAuth, TenantWatch, tenants_now
-from tessera.cli.up_autoscaling import (
-    DEFAULT_HPA_SYNC_S,
-    DEFAULT_METRICS_TLS_PORT,
-    AutoscalingDevcluster,
-    ExternalMetrics,
-    register_external_metrics,
-)
+from tessera.cli.up_auth import StackAuth, TenantWatch
+from tessera.cli.up_autoscaling import DEFAULT_METRICS_TLS_PORT, ExternalMetrics, register_external_metrics
 from tessera.cli.up_autoscaling import prepare as prepare_autoscaling
 from tessera.cli.up_console import _console_sink, _print_table
+from tessera.cli.up_infra import grant_roles, start_devcluster, start_infra
+from tessera.cli.up_plan import (
+    DEFAULT_NATS_PORT,
+    DEFAULT_POSTGRES_PORT,
+    DEFAULT_SERVICE_PORTS,
+    HOST,
+    SERVICES,
+    SINGLE_LEADERS,
+    Access,
+    Migrate,
+    ServiceArgv,
+    UpOptions,
+    default_service_argv,
+    migrate_all,
+    plan_services,
+)
 from tessera.cli.webhook import register_webhook
 from tessera.core.embedded import (
     ComponentError,
     Endpoints,
     ManagedProcess,
     NatsServer,
-    PostgresServer,
-    ServiceEndpoint,
     StateDir,
     StateDirBusy,
     write_endpoints,
 )
 from tessera.core.embedded.state import write_json_atomically
 
-SERVICES = ("telemetry", "forecaster", "admission", "scheduler", "slicing", "checkpoint")
-DEFAULT_NATS_PORT = 14222
-DEFAULT_POSTGRES_PORT = 15432
-DEFAULT_SERVICE_PORTS = {
-    "admission": 18080,
-    "telemetry": 18081,
-    "forecaster": 18082,
-    "scheduler": 18083,
-    "slicing": 18084,
-    "checkpoint": 18085,
-}
-HOST = "127.0.0.1"
-
-Migrate = Callable[[str], None]
-ServiceArgv = Callable[[str], list[str]]
-Access = Callable[[str], ServiceAccess]
-
-
-@dataclass(frozen=True)
-class UpOptions:
-    state_dir: Path = Path(".tessera")
-    services: tuple[str, ...] = SERVICES
-    nats_url: str | None = None
-    database_url: str | None = None
-    kubeconfig: Path | None = None
-    #: the GPU inventory the devcluster simulates (telemetry reads it without a devcluster)
-    cluster_file: Path | None = None
-    #: start the devcluster when no kubeconfig is given
-    devcluster: bool = True
-    devcluster_speed: float = 1.0
-    #: simulated seconds between the devcluster's HPA syncs; 0: no HPA controller
-    hpa_sync_seconds: float = DEFAULT_HPA_SYNC_S
-    ready_timeout: float = 60.0
-    stop_timeout: float = 10.0
-    #: prefer the fixed default ports (14222, 15432, 18080…) when no port is remembered yet;
-    #: off, fresh state directories get kernel-chosen free ports (tests running side by side)
-    use_default_ports: bool = True
-    #: an OTLP/HTTP collector (Jaeger: http://localhost:4318) every service exports its spans to
-    otlp_endpoint: str | None = None
-
-    def default_port(self, default: int) -> int | None:
-        return default if self.use_default_ports else None
+__all__ = [
+    "DEFAULT_NATS_PORT",
+    "DEFAULT_POSTGRES_PORT",
+    "DEFAULT_SERVICE_PORTS",
+    "HOST",
+    "SERVICES",
+    "SINGLE_LEADERS",
+    "Access",
+    "Migrate",
+    "ServiceArgv",
+    "UpOptions",
+    "default_service_argv",
+    "migrate_all",
+    "plan_services",
+    "run_up",
+    "start_devcluster",
+]
 
 
-# -- the plan -----------------------------------------------------------------------------------------
-def default_service_argv(name: str) -> list[str]:
-    return [sys.executable, "-m", f"tessera.{name}"]
-
-
-def migrate_all(database_url: str) -> None:
-    from tessera.core.db.migrations import migrate_all as run_migrations
-
-    run_migrations(database_url)
-
-
-def start_devcluster(
-    options: UpOptions,
-    state: StateDir,
-    console: Console,
-    stack: contextlib.ExitStack,
-    nats_url: str | None = None,
-) -> DevclusterProcess:
-    """Start the devcluster simulating ``options.cluster_file`` (4x8 A100 by default); its stop goes on
-    ``stack``, so it stops after the services and before NATS and PostgreSQL. Its simulated trainers
-    talk to the checkpoint service on ``nats_url`` and checkpoint under the state directory; its HPA
-    controller syncs every ``options.hpa_sync_seconds`` simulated seconds."""
-    cluster_file = options.cluster_file or write_default_cluster(state.root / "devcluster-cluster.yaml")
-    devcluster = AutoscalingDevcluster(
-        hpa_sync_seconds=options.hpa_sync_seconds if options.hpa_sync_seconds > 0 else None,
-        cluster_file=cluster_file,
-        kubeconfig=state.root / "kubeconfig",
-        port=state.choose_port("devcluster", options.default_port(DEFAULT_DEVCLUSTER_PORT)),
-        log_file=state.log_file("devcluster"),
-        speed=options.devcluster_speed,
-        host=HOST,
-        nats_url=nats_url,
-        checkpoint_root=(state.root / "checkpoints").as_uri(),
-        state_file=state.devcluster_state,
-    )
-    with console.status(f"Starting the devcluster on {devcluster.url} ({cluster_file.name})…"):
-        stack.callback(_stopping, console, "devcluster", devcluster.stop)
-        devcluster.start(timeout=options.ready_timeout)
-    state.remember_ports({"devcluster": devcluster.port})
-    hpa = f"; HPA controller every {options.hpa_sync_seconds:g}s" if options.hpa_sync_seconds > 0 else ""
-    console.print(
-        f"[green]✓[/] devcluster ready on {devcluster.url} ({cluster_file.name}, speed x{options.devcluster_speed:g}{hpa}); "
-        f"kubeconfig {devcluster.kubeconfig}"
-    )
-    return devcluster
-
-
-SINGLE_LEADERS = ("scheduler", "slicing")
-"""Services that elect a leader on a Lease when they have replicas; `tessera up` runs one of each."""
-
-
-def plan_services(
-    names: Sequence[str],
-    ports: dict[str, int],
-    *,
-    nats_url: str,
-    database_url: str,
-    kubeconfig: Path | None,
-    state: StateDir,
-    service_argv: ServiceArgv,
-    cluster_file: Path | None = None,
-    devcluster_url: str | None = None,
-    otlp_endpoint: str | None = None,
-    access: Access | None = None,
-    external_metrics: ExternalMetrics | None = None,
-) -> tuple[list[ServiceSpec], Endpoints]:
-    """How to launch each service, and the endpoints it will serve. ``access`` gives each service its
-    own NATS user and PostgreSQL role; without it every service uses ``nats_url`` and ``database_url``.
-    ``external_metrics``: the forecaster serves the external metrics API over HTTPS there."""
-    specs: list[ServiceSpec] = []
-    services: dict[str, ServiceEndpoint] = {}
-    for name in names:
-        prefix = f"TESSERA_{name.upper()}_"
-        own = access(name) if access is not None else ServiceAccess(nats_url, database_url)
-        env = {
-            "TESSERA_NATS_URL": own.nats_url,
-            "TESSERA_DATABASE_URL": own.database_url,
-            prefix + "HTTP_HOST": HOST,
-            prefix + "HTTP_PORT": str(ports[name]),
-        }
-        if own.nats_inbox_prefix is not None:  # its user may read replies on this prefix only
-            env[prefix + "NATS_INBOX_PREFIX"] = own.nats_inbox_prefix
-        if kubeconfig is not None:
-            env["TESSERA_KUBECONFIG"] = str(kubeconfig)
-            if name in SINGLE_LEADERS:
-                # one replica, restarted by the supervisor only once it has died: no lease to wait
-                # out (a restarted process is a new candidate and would wait for its own old lease)
-                env[prefix + "LEADER_ELECTION__ENABLED"] = "false"
-        if otlp_endpoint is not None:  # the OpenTelemetry SDK's own variable (see core's tracing)
-            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp_endpoint
-        if name == "admission":  # the local stack is open unless the caller asks for tokens
-            env["TESSERA_ADMISSION_AUTH"] = os.environ.get("TESSERA_ADMISSION_AUTH", "disabled")
-        if name == "forecaster":  # its KEDA scaler on a free port: stacks side by side never collide
-            env["TESSERA_FORECASTER_GRPC_HOST"] = HOST
-            env["TESSERA_FORECASTER_GRPC_PORT"] = "0"
-            if external_metrics is not None:
-                env.update(external_metrics.forecaster_env())
-        if name == "telemetry" and cluster_file is not None:
-            env["TESSERA_TELEMETRY_CLUSTER_FILE"] = str(cluster_file)
-        if name == "telemetry" and devcluster_url is not None:
-            env["TESSERA_TELEMETRY_DEVCLUSTER_URL"] = devcluster_url
-        if name == "telemetry":  # GET /v1/usage checks tenants' tokens with admission, as open as it
-            env["TESSERA_TELEMETRY_AUTH"] = os.environ.get("TESSERA_ADMISSION_AUTH", "disabled")
-            if "admission" in ports:
-                env["TESSERA_TELEMETRY_ADMISSION_URL"] = f"http://{HOST}:{ports['admission']}"
-        log_file = state.log_file(name)
-        specs.append(ServiceSpec(name, service_argv(name), env, log_file))
-        base = f"http://{HOST}:{ports[name]}"
-        services[name] = ServiceEndpoint(name, base, f"{base}/healthz", f"{base}/readyz", str(log_file))
-    admission = services.get("admission")
-    endpoints = Endpoints(
-        nats_url=nats_url,
-        database_url=database_url,
-        admission_api_url=admission.base_url if admission else None,
-        services=services,
-        kubeconfig=str(kubeconfig) if kubeconfig else None,
-    )
-    return specs, endpoints
-
-
-# -- running ------------------------------------------------------------------------------------------
 class _Terminated(Exception):
     """SIGTERM arrived while starting (before the event loop took over signals)."""
 
@@ -244,14 +103,14 @@ def run_up(
             # a run killed with SIGKILL left its endpoints behind: nothing answers there yet
             state.endpoints_file.unlink(missing_ok=True)
             auth = StackAuth(state, SERVICES)
-            nats_url, database_url, infra = _start_infra(options, state, console, stack, auth)
+            nats_url, database_url, infra = start_infra(options, state, console, stack, auth)
             with console.status("Running migrations…"):
                 try:
                     (migrate or migrate_all)(database_url)
                 except Exception as err:
                     raise ComponentError("migrations", f"{type(err).__name__}: {err}") from err
             console.print("[green]✓[/] migrations applied")
-            _grant_roles(auth, infra, database_url, console)
+            grant_roles(auth, infra, database_url, console)
             kubeconfig, devcluster, external_metrics = options.kubeconfig, None, None
             if kubeconfig is None and options.devcluster:
                 devcluster = start_devcluster(
@@ -307,72 +166,6 @@ def _ignore_stop_signals() -> None:
 
 def _no_sink(name: str, line: str) -> None:
     return None
-
-
-def _grant_roles(auth: StackAuth, infra: Sequence[ManagedProcess], admin_url: str, console: Console) -> None:
-    """Each service's PostgreSQL role, when ``tessera up`` runs PostgreSQL (a given database is used
-    as given)."""
-    pg = next((s for s in infra if isinstance(s, PostgresServer)), None)
-    if pg is None:
-        return
-    with console.status("Granting each service its PostgreSQL role…"):
-        try:
-            auth.grant_roles(pg, admin_url)
-        except Exception as err:
-            raise ComponentError("postgres roles", f"{type(err).__name__}: {err}", pg.log_file) from err
-    console.print("[green]✓[/] a PostgreSQL role per service, each limited to its schema")
-
-
-def _start_infra(
-    options: UpOptions, state: StateDir, console: Console, stack: contextlib.ExitStack, auth: StackAuth
-) -> tuple[str, str, list[ManagedProcess]]:
-    """Start what no URL was given for; stops are pushed on ``stack`` (NATS stops before PostgreSQL).
-    Returns the URLs (NATS's as its admin user) and the servers started, which ``_serve`` restarts
-    when they die. NATS runs with a user per service and per tenant of the queue configuration."""
-    started: list[ManagedProcess] = []
-    database_url = options.database_url
-    if database_url is None:
-        pg = PostgresServer(
-            state.pg_data,
-            port=state.choose_port("postgres", options.default_port(DEFAULT_POSTGRES_PORT)),
-            log_file=state.log_file("postgres"),
-        )
-        verb = "reusing" if (state.pg_data / "PG_VERSION").exists() else "creating"
-        with console.status(f"Starting PostgreSQL on {HOST}:{pg.port} ({verb} {state.pg_data})…"):
-            stack.callback(_stopping, console, "postgres", pg.cleanup)
-            pg.start(timeout=options.ready_timeout)
-        state.remember_ports({"postgres": pg.port})
-        started.append(pg)
-        database_url = pg.url
-        console.print(f"[green]✓[/] postgres ready on {HOST}:{pg.port} ({verb} its data)")
-    else:
-        console.print("[green]✓[/] postgres: using the given database URL")
-    nats_url = options.nats_url
-    if nats_url is None:
-        nats = NatsServer(
-            state.nats_store,
-            port=state.choose_port("nats", options.default_port(DEFAULT_NATS_PORT)),
-            log_file=state.log_file("nats"),
-        )
-        auth.nats_server(nats, tenants_now(database_url))
-        with console.status(f"Starting NATS with JetStream on {HOST}:{nats.port}…"):
-            stack.callback(_stopping, console, "nats", nats.stop)
-            nats.start(timeout=options.ready_timeout)
-        state.remember_ports({"nats": nats.port})
-        started.append(nats)
-        nats_url = auth.admin_nats_url(nats.url)
-        console.print(
-            f"[green]✓[/] nats ready on {HOST}:{nats.port} (JetStream store {state.nats_store}; "
-            f"a user per service and per tenant, {auth.nats.config_file})"
-        )
-    else:
-        console.print("[green]✓[/] nats: using the given URL")
-    return nats_url, database_url, started
-
-
-def _stopping(console: Console, component: str, stop: Callable[[], None]) -> None:
-    console.print(f"stopping {component}…")
-    stop()
 
 
 async def _serve(

@@ -165,7 +165,8 @@ class WatchState:
         if job_id and pod.scheduler_name == SCHEDULER_NAME and not pod.bound:
             self.refresh_job(job_id)  # a member came, or one not yet placed went
             return []
-        if not pod.bound and _ours(pod):
+        # a pod of ours that came, or one not yet placed that went (deleted, or ended before a node)
+        if not pod.bound and pod.scheduler_name == SCHEDULER_NAME and (ended or pod.deleting or _ours(pod)):
             await self.refresh_native(repo, f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else key)
         return []
 
@@ -194,6 +195,9 @@ class WatchState:
         if info is None or info.source != JOB or spec is None:
             return  # not admitted (yet, or any more): its pods wait for admission
         members = job_members(self.cluster.cache.pods.store.values(), job_id)
+        # members that went before a node was found leave the gang (kept if placed; the controller
+        # makes a replacement, which joins as a new member)
+        state.assembly.scheduler.members_gone(job_id, {pod_key(pod) for pod in members})
         if not any(not pod.bound for pod in members):
             return
         info.groups.update({pod_key(pod): member_group(pod) for pod in members})
@@ -205,12 +209,18 @@ class WatchState:
         """(Re)submit a native gang from the PodGroup (or lone pod) and its pending pods."""
         cache = self.cluster.cache
         found = native_of(cache.pods.store, cache.pod_groups.store, group_key)
+        state = self.state
+        # members deleted while they waited for a node leave the gang; a gang left with none is gone
+        present = {pod_key(pod) for pod in found[1]} if found is not None else set()
+        if state.assembly.scheduler.members_gone(group_key, present):
+            state.gangs.pop(group_key, None)
+            state.native_submitted.pop(group_key, None)
+            await repo.remove_pending(group_key)
         if found is None:
             return
         group, members = found
         if not any(not pod.bound for pod in members):
             return
-        state = self.state
         if group_key not in state.gangs:
             submitted = self.now
             await repo.add_pending(

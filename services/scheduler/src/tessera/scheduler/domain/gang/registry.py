@@ -77,6 +77,11 @@ class GangRegistry:
         state = self._gangs.get(gang)
         return len(state.reserved) if state else 0
 
+    def held(self, gang: str) -> frozenset[str]:
+        """Members reserved or bound."""
+        state = self._gangs.get(gang)
+        return frozenset(state.reserved) if state else frozenset()
+
     def bound(self, gang: str) -> frozenset[str]:
         state = self._gangs.get(gang)
         return frozenset(state.bound) if state else frozenset()

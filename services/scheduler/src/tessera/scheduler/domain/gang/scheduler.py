@@ -23,7 +23,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -195,6 +195,27 @@ class GangScheduler:
         if released:
             self.queue.on_event(ClusterEvent.CAPACITY_FREED, now)
         return released
+
+    def members_gone(self, gang: str, present: Collection[str]) -> bool:
+        """Members never placed whose pods are not ``present`` any more (a user deleted a pod that
+        waited for a node) leave the gang, so no later attempt binds a pod that no longer exists: that
+        bind would fail and break the gang, evicting its running members. True when no member is
+        left and the gang is forgotten (the caller drops what it keeps of it)."""
+        if gang not in self.registry:
+            return False
+        spec, held = self.registry.spec(gang), self.registry.held(gang)
+        keep = tuple(m for m in spec.members if m.name in present or m.name in held)
+        if len(keep) == len(spec.members):
+            return False
+        if not keep:
+            self._waiting.pop(gang, None)
+            self.registry.remove(gang)
+            self.queue.remove(gang)
+            return True
+        self.registry.upsert(replace(spec, members=keep))
+        if not self.registry.pending(gang):
+            self.queue.remove(gang)
+        return False
 
     def node_lost(self, node: str, now: float) -> list[GangOutcome]:
         """A node is gone: every gang with a member there is broken, evicted whole and requeued."""

@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from tessera.cluster.conventions import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL
-from tessera.cluster.domain.node import Node
+from tessera.cluster.conventions import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
+from tessera.cluster.domain.node import MigConfigState, Node
 from tessera.cluster.domain.requirements import Pod, PodRef
 from tessera.cluster.kube import KubernetesCluster
 from tessera.cluster.port import NotFound, PodSelector
@@ -82,7 +82,13 @@ class KubeClusterOps:
             return {**data, MIG_PARTED_KEY: yaml.safe_dump(document, sort_keys=False)}
 
         await self._cluster.update_config_map(self.operator_namespace, self.mig_configmap, put)
-        await self._cluster.patch_node(node, labels={MIG_CONFIG_LABEL: config})
+        if (await self._cluster.get_node(node)).mig_config == config:
+            return  # this step ran before (the MIG manager acts on a change of the label, not again)
+        # `pending` goes with the new name in one patch: until the MIG manager writes this attempt's
+        # outcome, the node must not show the previous attempt's `failed` or `success` beside it
+        await self._cluster.patch_node(
+            node, labels={MIG_CONFIG_LABEL: config, MIG_CONFIG_STATE_LABEL: MigConfigState.PENDING.value}
+        )
 
     async def write_sharing_config(self, node: str, config: str, body: str) -> None:
         await self._cluster.update_config_map(

@@ -326,7 +326,9 @@ def mig_outcome(config_label: str | None, state_label: str | None, attempt_confi
     """Where the MIG manager is with an attempt, from the node's `nvidia.com/mig.config` and `.state`.
 
     Until the label carries this attempt's name, and the state is `success` or `failed`, the attempt
-    is pending: the state of an earlier label says nothing about this one."""
+    is pending: the state of an earlier label says nothing about this one. The write that names the
+    attempt sets the state to `pending` in the same patch (`ClusterOps.write_mig_config`), so an
+    earlier attempt's `failed` or `success` is never read beside this attempt's name."""
     if config_label != attempt_config:
         return ApplyOutcome.PENDING
     if state_label == "success":

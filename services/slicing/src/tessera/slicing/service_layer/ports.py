@@ -32,7 +32,10 @@ class ClusterOps(Protocol):
 
     async def write_mig_config(self, node: str, config: str, body: str) -> None:
         """Put `config` (mig-parted device entries, YAML) in the MIG manager's ConfigMap, then label
-        the node `nvidia.com/mig.config=<config>`. Idempotent."""
+        the node `nvidia.com/mig.config=<config>` and, in the same patch, `nvidia.com/mig.config.state=
+        pending` (the MIG manager only writes the state, so an earlier attempt's outcome can never be
+        read beside this attempt's name). Idempotent: when the label already names `config`, the node
+        is left as it is (the MIG manager acts once per label change, and may have reported since)."""
         ...
 
     async def write_sharing_config(self, node: str, config: str, body: str) -> None:

@@ -2,7 +2,8 @@
 attempt sets `nvidia.com/mig.config.state=pending` with the label, so no read can ever pair this
 attempt's name with an earlier attempt's `failed` (or `success`); the simulated MIG manager still
 takes it from there to `success`; writing the same attempt again (a step done twice) leaves the state
-as the MIG manager set it."""
+as the MIG manager set it. A cordon names the operation that made it in the same patch, and an
+uncordon removes the name with it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tessera.cluster.kube import api_client
 from tessera.devcluster.runner import DevCluster
 from tessera.devcluster.sim.context import SimSettings
 from tessera.slicing.adapters.kube import KubeClusterOps
+from tessera.slicing.service_layer.ports import CORDONED_BY_ANNOTATION
 from tessera.testing.services import eventually
 
 from .conftest import Kube
@@ -54,19 +56,23 @@ async def _state_is(api: Kube, config: str, state: str) -> bool:
     return labels.get(MIG_CONFIG_LABEL) == config and labels.get(MIG_CONFIG_STATE_LABEL) == state
 
 
-async def _labels_since(api: Kube, resource_version: str) -> list[dict[str, str]]:
-    """The node's labels after each change since `resource_version`, in order."""
+async def _versions_since(api: Kube, resource_version: str) -> list[Any]:
+    """The node after each change since `resource_version`, in order."""
 
-    def read() -> list[dict[str, str]]:
+    def read() -> list[Any]:
         events: Any = watch.Watch().stream(
             api.core.list_node,
             field_selector=f"metadata.name={NODE}",
             resource_version=resource_version,
             timeout_seconds=1,
         )
-        return [dict(event["object"].metadata.labels or {}) for event in events]
+        return [event["object"] for event in events]
 
     return await asyncio.to_thread(read)
+
+
+async def _labels_since(api: Kube, resource_version: str) -> list[dict[str, str]]:
+    return [dict(node.metadata.labels or {}) for node in await _versions_since(api, resource_version)]
 
 
 async def test_a_new_attempt_is_labelled_pending_with_its_name_in_one_patch(
@@ -95,3 +101,22 @@ async def test_a_new_attempt_is_labelled_pending_with_its_name_in_one_patch(
     await asyncio.sleep(0.3)
     assert await _state_is(api, "tessera-t-2", "success")  # the MIG manager will not act again
     assert all(labels.get(MIG_CONFIG_STATE_LABEL) == "success" for labels in await _labels_since(api, since))
+
+
+async def test_a_cordon_names_its_operation_in_the_same_patch(apis: tuple[Kube, KubeClusterOps]) -> None:
+    api, ops = apis
+    since = (await api.node(NODE)).metadata.resource_version
+
+    await ops.cordon(NODE, True, "op-1")
+    node = await api.node(NODE)
+    assert node.spec.unschedulable and node.metadata.annotations[CORDONED_BY_ANNOTATION] == "op-1"
+    await ops.cordon(NODE, False, "op-1")
+    node = await api.node(NODE)
+    assert not node.spec.unschedulable
+    assert CORDONED_BY_ANNOTATION not in (node.metadata.annotations or {})
+
+    versions = await _versions_since(api, since)
+    assert len(versions) >= 2
+    for version in versions:  # never one without the other
+        named = CORDONED_BY_ANNOTATION in (version.metadata.annotations or {})
+        assert bool(version.spec.unschedulable) == named

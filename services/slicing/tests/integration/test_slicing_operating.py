@@ -1,6 +1,7 @@
 """Driving operations on real Postgres over a cluster given as values (it records what slicing asks of
 it): a GPU found held before anything is written rolls the operation back and uncordons the node; a
-node someone else had cordoned stays cordoned after success; a node that never advertises the change
+node someone else had cordoned stays cordoned after success, and one slicing cordoned in a step that
+was lost before its commit is still uncordoned after success; a node that never advertises the change
 fails the attempt at the verify deadline; more time-slicing replicas on a busy node are applied without
 a cordon or waiting for its pods."""
 
@@ -32,6 +33,7 @@ from tessera.slicing.domain.operation import (
     RetryPolicy,
 )
 from tessera.slicing.service_layer.operating import Operator, step
+from tessera.slicing.service_layer.ports import CORDONED_BY_ANNOTATION
 from tessera.slicing.service_layer.unit_of_work import SlicingUnitOfWork
 
 pytestmark = pytest.mark.integration
@@ -57,9 +59,14 @@ class RecordingCluster:
     async def pods_on(self, node: str) -> list[Pod]:
         return list(self.pods)
 
-    async def cordon(self, node: str, unschedulable: bool) -> None:
+    async def cordon(self, node: str, unschedulable: bool, operation_id: str | None = None) -> None:
         self.calls.append(("cordon", node, str(unschedulable)))
-        self.node_value = replace(self.node_value, unschedulable=unschedulable)
+        annotations = dict(self.node_value.annotations)
+        if operation_id is not None and unschedulable:
+            annotations[CORDONED_BY_ANNOTATION] = operation_id
+        elif operation_id is not None:
+            annotations.pop(CORDONED_BY_ANNOTATION, None)
+        self.node_value = replace(self.node_value, unschedulable=unschedulable, annotations=annotations)
 
     async def write_mig_config(self, node: str, config: str, body: str) -> None:
         self.calls.append(("write_mig_config", node, config))
@@ -176,6 +183,41 @@ async def test_a_node_someone_else_cordoned_stays_cordoned_after_success(engine:
     assert not any(call[0] == "cordon" for call in cluster.calls)  # neither cordoned nor uncordoned
     assert cluster.node_value.unschedulable
     assert (await outbox_types(engine))[-1] == Reconfigured.TYPE
+
+
+async def test_a_cordon_whose_step_never_committed_is_still_undone_after_success(engine: AsyncEngine) -> None:
+    cluster = RecordingCluster(a_node())
+    clock = [T0]
+    operator = await drive(engine, cluster, clock)
+
+    class Killed(Exception):
+        pass
+
+    def dying_uow() -> SlicingUnitOfWork:
+        unit = operator.uow()
+
+        async def commit() -> None:
+            raise Killed("killed after the cordon, before the commit")
+
+        unit.commit = commit  # type: ignore[method-assign]
+        return unit
+
+    with pytest.raises(Killed):
+        await step(replace(operator, uow=dying_uow), "op-1")
+    assert cluster.node_value.unschedulable  # the cordon happened; the step that did it was lost
+    assert await state_of(operator) is OpState.PLANNED
+    while await step(operator, "op-1"):  # the step again, finding the node already cordoned
+        pass
+    cluster.node_value = replace(
+        cluster.node_value,
+        mig_config_state=MigConfigState.SUCCESS,
+        extended_allocatable={"nvidia.com/gpu": 0, "nvidia.com/mig-7g.80gb": 1},
+    )
+    while await step(operator, "op-1"):
+        pass
+    assert await state_of(operator) is OpState.SUCCEEDED
+    assert not cluster.node_value.unschedulable  # slicing's own cordon, so slicing undid it
+    assert CORDONED_BY_ANNOTATION not in cluster.node_value.annotations
 
 
 async def test_a_node_that_never_advertises_the_change_fails_the_attempt_at_the_deadline(

@@ -16,19 +16,22 @@ from typing import Any
 
 import yaml
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from tessera.cluster.conventions import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
 from tessera.cluster.domain.node import MigConfigState, Node
 from tessera.cluster.domain.requirements import Pod, PodRef
 from tessera.cluster.kube import KubernetesCluster
+from tessera.cluster.kube.errors import translate
 from tessera.cluster.port import NotFound, PodSelector
-from tessera.slicing.service_layer.ports import DEADLINE_ANNOTATION, DRAIN_LABEL
+from tessera.slicing.service_layer.ports import CORDONED_BY_ANNOTATION, DEADLINE_ANNOTATION, DRAIN_LABEL
 
 CONDITION_TYPE = "TesseraSlicingFailed"
 
 EVENT_REASON = "GpuReconfigurationFailed"
 COMPONENT = "tessera-slicing"
 MIG_PARTED_KEY = "config.yaml"
+MERGE_PATCH = "application/merge-patch+json"
 
 
 class KubeClusterOps:
@@ -66,8 +69,21 @@ class KubeClusterOps:
         listing = await self._cluster.list_pods(PodSelector(node_name=node, exclude_terminated=True))
         return list(listing.items)
 
-    async def cordon(self, node: str, unschedulable: bool) -> None:
-        await self._cluster.cordon(node, unschedulable)
+    async def cordon(self, node: str, unschedulable: bool, operation_id: str | None = None) -> None:
+        if operation_id is None:
+            await self._cluster.cordon(node, unschedulable)
+            return
+        # one merge patch: a cordon is never seen without the operation that made it
+        patch = {
+            "metadata": {"annotations": {CORDONED_BY_ANNOTATION: operation_id if unschedulable else None}},
+            "spec": {"unschedulable": unschedulable or None},
+        }
+        try:
+            await asyncio.to_thread(
+                self._core.patch_node, node, patch, _content_type=MERGE_PATCH, _preload_content=False
+            )
+        except ApiException as exc:
+            raise translate(exc) from None
 
     async def write_mig_config(self, node: str, config: str, body: str) -> None:
         entries = yaml.safe_load(body)

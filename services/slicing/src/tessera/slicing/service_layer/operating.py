@@ -26,7 +26,7 @@ from tessera.slicing.domain.operation import (
     mig_outcome,
 )
 from tessera.slicing.service_layer.cluster_view import gpu_use
-from tessera.slicing.service_layer.ports import DRAIN_LABEL, ClusterOps
+from tessera.slicing.service_layer.ports import CORDONED_BY_ANNOTATION, DRAIN_LABEL, ClusterOps
 from tessera.slicing.service_layer.unit_of_work import SlicingUnitOfWork
 
 log = logging.getLogger(__name__)
@@ -78,9 +78,12 @@ async def _act(operator: Operator, op: Operation, now: datetime, uow: SlicingUni
     match op.next_action(now):
         case Action.CORDON:
             node = await cluster.node(change.node)
-            if not node.unschedulable:
-                await cluster.cordon(change.node, True)
-            op.cordoned(now, by_us=not node.unschedulable)
+            # ours if it was not cordoned, or if this step cordoned it before and was lost before
+            # its commit (the annotation, written in the cordon's patch, names this operation)
+            by_us = not node.unschedulable or node.annotations.get(CORDONED_BY_ANNOTATION) == op.operation_id
+            if by_us:
+                await cluster.cordon(change.node, True, op.operation_id)
+            op.cordoned(now, by_us=by_us)
         case Action.WAIT_DRAINED:
             node = await cluster.node(change.node)
             pods = await _holding_pods(operator, op, node)
@@ -119,7 +122,7 @@ async def _act(operator: Operator, op: Operation, now: datetime, uow: SlicingUni
             resources = {k: v for k, v in node.extended_allocatable.items() if k.startswith("nvidia.com/")}
             if advertises(resources, change.expected_resources):
                 if op.cordoned_by_us:
-                    await cluster.cordon(change.node, False)
+                    await cluster.cordon(change.node, False, op.operation_id)
                 await cluster.clear_failure(change.node)
                 op.succeeded(now, resources)
             elif op.overdue(now):
@@ -196,7 +199,7 @@ async def _end_move(operator: Operator, op: Operation) -> None:
 
 async def _roll_back(operator: Operator, op: Operation, why: str, now: datetime) -> None:
     if op.cordoned_by_us:
-        await operator.cluster.cordon(op.change.node, False)
+        await operator.cluster.cordon(op.change.node, False, op.operation_id)
     op.roll_back(why, now)
     log.warning(
         "slicing operation rolled back",

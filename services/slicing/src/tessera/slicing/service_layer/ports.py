@@ -13,6 +13,9 @@ from tessera.cluster.domain.requirements import Pod
 #: (with the deadline annotation) as the node going away and asks its checkpointable jobs to save
 DRAIN_LABEL = "tessera.io/slicing-drain"
 DEADLINE_ANNOTATION = "tessera.io/termination-deadline"
+#: on a node slicing cordoned, naming the operation that did (set and removed in the cordon's own patch):
+#: a step re-run after a crash knows the cordon it finds is its own, and undoes it when it ends
+CORDONED_BY_ANNOTATION = "tessera.io/cordoned-by"
 
 
 class ClusterOps(Protocol):
@@ -28,7 +31,11 @@ class ClusterOps(Protocol):
         """Pods bound to the node that still hold their devices (not Succeeded or Failed)."""
         ...
 
-    async def cordon(self, node: str, unschedulable: bool) -> None: ...
+    async def cordon(self, node: str, unschedulable: bool, operation_id: str | None = None) -> None:
+        """Set the node's `spec.unschedulable`. With `operation_id`, the same patch annotates the node
+        `tessera.io/cordoned-by=<operation_id>` (cordoning) or removes that annotation (uncordoning).
+        Idempotent."""
+        ...
 
     async def write_mig_config(self, node: str, config: str, body: str) -> None:
         """Put `config` (mig-parted device entries, YAML) in the MIG manager's ConfigMap, then label

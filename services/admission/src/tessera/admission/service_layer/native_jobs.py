@@ -3,14 +3,16 @@
 Level-triggered like the workload sync: each round lists the labelled Jobs (the API is the record),
 submits those admission does not know yet under the id the webhook gave them (a resubmission of a
 known id changes nothing, so a restart adopts nothing twice), and cancels the jobs whose Job is gone,
-which frees their quota. Admission's workload sync then unsuspends and suspends them as their jobs'
-states say, as it does for the objects it made itself.
+which frees their quota. A Job is gone when its record was read before the listing was taken and the
+listing lacks it: one recorded later may be missing only because it is newer than the listing (another
+replica listed it and adopted it meanwhile). Admission's workload sync then unsuspends and suspends
+them as their jobs' states say, as it does for the objects it made itself.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,17 +29,28 @@ log = logging.getLogger(__name__)
 
 async def adopt_native_jobs(uow: Callable[[], AdmissionUnitOfWork], cluster: WorkloadCluster) -> int:
     """One round, of Jobs then JobSets; returns how many jobs it submitted or cancelled."""
-    changed = await _adopt(uow, cluster, "Job", await cluster.labelled_jobs(), native_job)
-    return changed + await _adopt(uow, cluster, "JobSet", await cluster.labelled_jobsets(), native_jobset)
+    changed = await _adopt(uow, cluster, "Job", cluster.labelled_jobs, native_job)
+    return changed + await _adopt(uow, cluster, "JobSet", cluster.labelled_jobsets, native_jobset)
+
+
+async def known_user_owned(uow: Callable[[], AdmissionUnitOfWork], kind: str) -> list[tuple[str, str, str]]:
+    """(job id, namespace, name) of the users' workloads of ``kind`` recorded so far and not known
+    deleted. Read before the cluster is listed: each of them was listed (by some replica) before the
+    listing that follows, so one this listing lacks is gone. One recorded after it may be missing from
+    it only because it was created after it."""
+    async with uow() as work:
+        return await work.workloads.user_owned(kind)
 
 
 async def _adopt(
     uow: Callable[[], AdmissionUnitOfWork],
     cluster: WorkloadCluster,
     kind: str,
-    labelled: list[dict[str, Any]],
+    list_labelled: Callable[[], Awaitable[list[dict[str, Any]]]],
     to_native: Callable[[Mapping[str, Any], KubePriorities | None], NativeJob | None],
 ) -> int:
+    known = await known_user_owned(uow, kind)
+    labelled = await list_labelled()
     listed = [(item, found) for item in labelled if (found := to_native(item, None)) is not None]
     priorities: KubePriorities | None = None
     changed = 0
@@ -69,8 +82,7 @@ async def _adopt(
         )
         changed += 1
     present = {found.job_id for _, found in listed}
-    async with uow() as work:
-        gone = [row for row in await work.workloads.user_owned(kind) if row[0] not in present]
+    gone = [row for row in known if row[0] not in present]
     for job_id, namespace, name in gone:
         async with uow() as work:
             job = await work.jobs.get(job_id, for_update=True)  # the scheduler may end it meanwhile

@@ -12,8 +12,10 @@ pods of LeaderWorkerSets and the LeaderWorkerSets, and for each group (`domain.n
   deleted; the LeaderWorkerSet makes the group again, gated, and the new group queues as a new job.
 
 A job whose group is gone (the LeaderWorkerSet deleted or scaled down, or its leader made again) is
-cancelled, which frees its quota. The workload sync records these jobs' states; it has no object of
-theirs to change (`Applied` follows the state, the pods are this round's).
+cancelled, which frees its quota (gone: recorded before this round's listing was taken and not in it,
+as for Jobs; a group another replica submitted meanwhile may be newer than the listing). The workload
+sync records these jobs' states; it has no object of theirs to change (`Applied` follows the state,
+the pods are this round's).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from tessera.admission.domain.native_lws import (
 from tessera.admission.domain.native_pods import gated
 from tessera.admission.domain.workload_sync import Applied, Owner
 from tessera.admission.service_layer.handlers import cancel_job, submit_job
+from tessera.admission.service_layer.native_jobs import known_user_owned
 from tessera.admission.service_layer.unit_of_work import AdmissionUnitOfWork
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,7 @@ class LwsCluster(Protocol):
 
 async def sync_lws_groups(uow: Callable[[], AdmissionUnitOfWork], cluster: LwsCluster) -> int:
     """One round; returns how many groups it submitted, released, deleted or cancelled."""
+    known = await known_user_owned(uow, LWS)  # before the listing (`native_jobs.known_user_owned`)
     pods = await cluster.lws_pods()
     by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
     groups = groups_of(pods)
@@ -102,7 +106,7 @@ async def sync_lws_groups(uow: Callable[[], AdmissionUnitOfWork], cluster: LwsCl
             changed += await _release(cluster, group, job_id, state)
         elif state in _WAITING and any(not gated(by_name[(group.namespace, p)]) for p, _ in group.pods):
             changed += await _delete_group(cluster, group, state)
-    return changed + await _cancel_gone(uow, set(present))
+    return changed + await _cancel_gone(uow, [row for row in known if row[0] not in present])
 
 
 async def _queued(
@@ -158,9 +162,7 @@ async def _delete_group(cluster: LwsCluster, group: LwsGroup, state: JobState | 
     return 1
 
 
-async def _cancel_gone(uow: Callable[[], AdmissionUnitOfWork], present: set[str]) -> int:
-    async with uow() as work:
-        gone = [row for row in await work.workloads.user_owned(LWS) if row[0] not in present]
+async def _cancel_gone(uow: Callable[[], AdmissionUnitOfWork], gone: Sequence[tuple[str, str, str]]) -> int:
     for job_id, namespace, name in gone:
         async with uow() as work:
             job = await work.jobs.get(job_id, for_update=True)  # the scheduler may end it meanwhile

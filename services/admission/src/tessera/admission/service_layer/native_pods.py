@@ -3,8 +3,9 @@
 As for labelled Jobs (`service_layer.native_jobs`), level-triggered: each round lists the pods
 labelled `tessera.io/queue` that the webhook gave a job id, submits those admission does not know
 yet under that id (a restart adopts nothing twice), and cancels the jobs whose pod is gone, which
-frees their quota (a pod that ran may be reported ended by the scheduler first: its job then failed,
-and its quota is free as well). Admission's workload sync then removes a pod's scheduling gate when its job is
+frees their quota (gone: recorded before this round's listing was taken and not in it, as for Jobs;
+a pod that ran may be reported ended by the scheduler first: its job then failed, and its quota is
+free as well). Admission's workload sync then removes a pod's scheduling gate when its job is
 admitted, and deletes the pod when its job is preempted (its ReplicaSet or StatefulSet makes it
 again, gated, and it queues again).
 """
@@ -20,6 +21,7 @@ from tessera.admission.domain.native import KubePriorities
 from tessera.admission.domain.native_pods import native_pod
 from tessera.admission.domain.workload_sync import Applied, Owner
 from tessera.admission.service_layer.handlers import cancel_job, submit_job
+from tessera.admission.service_layer.native_jobs import known_user_owned
 from tessera.admission.service_layer.ports import WorkloadCluster
 from tessera.admission.service_layer.unit_of_work import AdmissionUnitOfWork
 
@@ -29,6 +31,7 @@ POD = "Pod"
 
 async def adopt_native_pods(uow: Callable[[], AdmissionUnitOfWork], cluster: WorkloadCluster) -> int:
     """One round; returns how many jobs it submitted or cancelled."""
+    known = await known_user_owned(uow, POD)  # before the listing (`native_jobs.known_user_owned`)
     listed = [(item, found) for item in await cluster.labelled_pods() if (found := native_pod(item))]
     priorities: KubePriorities | None = None
     changed = 0
@@ -58,8 +61,7 @@ async def adopt_native_pods(uow: Callable[[], AdmissionUnitOfWork], cluster: Wor
         )
         changed += 1
     present = {found.job_id for _, found in listed}
-    async with uow() as work:
-        gone = [row for row in await work.workloads.user_owned(POD) if row[0] not in present]
+    gone = [row for row in known if row[0] not in present]
     for job_id, namespace, name in gone:
         async with uow() as work:
             job = await work.jobs.get(job_id, for_update=True)  # the scheduler may end it meanwhile

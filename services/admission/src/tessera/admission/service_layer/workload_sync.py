@@ -4,6 +4,10 @@ Level-triggered, as a controller: each round reads the jobs whose objects differ
 state wants (`uow.workloads.due`), changes the cluster, then records what it made sure of. The
 cluster calls are idempotent and a Job is unsuspended only when the API shows it suspended, so a
 round cut short by a crash repeats safely: nothing is created twice and nothing unsuspended twice.
+
+A change the cluster refuses (`WorkloadError`) is tried again in later rounds, after the other due
+jobs: the due jobs come oldest change first and a refused one records nothing, so without that the
+same hundred refused jobs (a namespace that does not exist, a forbidden one) would take every round.
 """
 
 from __future__ import annotations
@@ -137,12 +141,25 @@ async def _apply_jobset(
     return Outcome(where, objects, item.want, f"suspended {name}")
 
 
+_REFUSED: set[str] = set()
+"""Jobs whose last change this process tried the cluster refused; each round tries them last."""
+
+
 async def sync_workloads(
-    uow: Callable[[], AdmissionUnitOfWork], cluster: WorkloadCluster, namespace: str, limit: int = 100
+    uow: Callable[[], AdmissionUnitOfWork],
+    cluster: WorkloadCluster,
+    namespace: str,
+    limit: int = 100,
+    refused: set[str] | None = None,
 ) -> int:
-    """One round; returns how many jobs' objects it brought to their state."""
+    """One round; returns how many jobs' objects it brought to their state. ``refused``, the jobs the
+    cluster refused last time they were tried (this process's own by default), go after the others:
+    the round reads as many more due jobs as there are refused ones and tries the others first."""
+    refused = _REFUSED if refused is None else refused
     async with uow() as work:
-        due = await work.workloads.due(limit)
+        read = await work.workloads.due(limit + len(refused))
+        due = sorted(read, key=lambda item: item.job_id in refused)[:limit]  # stable: oldest first
+        refused.intersection_update(item.job_id for item in read)  # those no longer due are done with
         flavors = {}
         if any(item.want is Applied.RUNNING and item.flavors for item in due):
             flavors = {f.name: f.to_domain() for f in (await work.config.load()).flavors}
@@ -152,7 +169,9 @@ async def sync_workloads(
             outcome = await apply(item, cluster, namespace, flavors)
         except WorkloadError as error:
             log.warning("job objects not changed: %s", error, extra={"job_id": item.job_id})
+            refused.add(item.job_id)
             continue
+        refused.discard(item.job_id)
         async with uow() as work:
             await work.workloads.record(
                 item.job_id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +15,7 @@ import pytest
 from tessera.telemetry.adapters.sources.dcgm import DcgmExporterSource, readings_from_exposition
 from tessera.telemetry.adapters.sources.devcluster import DevclusterSource, reading_from_json
 from tessera.telemetry.adapters.sources.nvml import NvmlSource
-from tessera.telemetry.domain.health import Fault, HealthTracker
+from tessera.telemetry.domain.health import BecameUnhealthy, Fault, HealthTracker
 from tessera.telemetry.domain.model import SourceUnavailable
 
 NOW = datetime(2026, 11, 21, 6, 0, tzinfo=UTC)
@@ -159,11 +160,24 @@ class FakeNvmlError(Exception):
         self.value = value
 
 
-def fake_pynvml(*, library: bool = True, xids: list[tuple[int, int]] | None = None) -> Any:
-    """A stand-in for the pynvml module with two A100s: GPU 1 is hot and has an uncorrected ECC error."""
-    handles = [SimpleNamespace(index=0), SimpleNamespace(index=1)]
+def fake_pynvml(*, library: bool = True, xids: list[tuple[int, int]] | None = None, gpus: int = 2) -> Any:
+    """A stand-in for the pynvml module with A100s: GPU 1 is hot and has an uncorrected ECC error.
+
+    `broken` maps a GPU index to the NVML error every call about that GPU raises from then on (15:
+    GPU_IS_LOST, the GPU fell off the bus), handle lookups included."""
+    handles = [SimpleNamespace(index=i) for i in range(gpus)]
     pending = list(xids or [])
     calls: list[str] = []
+    broken: dict[int, int] = {}
+
+    def device(call: Any) -> Any:
+        def checked(handle: Any, *args: Any) -> Any:
+            index = handle if isinstance(handle, int) else handle.index
+            if index in broken:
+                raise FakeNvmlError(broken[index])
+            return call(handle, *args)
+
+        return checked
 
     def init() -> None:
         calls.append("init")
@@ -174,7 +188,8 @@ def fake_pynvml(*, library: bool = True, xids: list[tuple[int, int]] | None = No
         if not pending:
             raise FakeNvmlError(10)
         index, xid = pending.pop(0)
-        return SimpleNamespace(device=handles[index], eventData=xid)
+        # pynvml hands back a new handle object for the event's device, as here
+        return SimpleNamespace(device=SimpleNamespace(index=index), eventData=xid)
 
     def ecc(handle: Any, error_type: int, counter: int) -> int:
         assert (error_type, counter) == (1, 0)
@@ -183,31 +198,38 @@ def fake_pynvml(*, library: bool = True, xids: list[tuple[int, int]] | None = No
     return SimpleNamespace(
         NVMLError=FakeNvmlError,
         NVML_ERROR_LIBRARY_NOT_FOUND=12,
+        NVML_ERROR_GPU_IS_LOST=15,
         NVML_TEMPERATURE_GPU=0,
         NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
         NVML_VOLATILE_ECC=0,
         nvmlEventTypeXidCriticalError=8,
         calls=calls,
+        broken=broken,
+        pending=pending,
         nvmlInit=init,
         nvmlShutdown=lambda: calls.append("shutdown"),
-        nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: handles[i],
+        nvmlDeviceGetCount=lambda: gpus,
+        nvmlDeviceGetHandleByIndex=device(lambda i: handles[i]),
         nvmlEventSetCreate=lambda: "events",
         nvmlEventSetFree=lambda events: calls.append("free"),
-        nvmlDeviceRegisterEvents=lambda handle, kinds, events: None,
+        nvmlDeviceRegisterEvents=device(lambda handle, kinds, events: None),
         nvmlEventSetWait_v2=wait,
-        nvmlDeviceGetIndex=lambda handle: handle.index,
-        nvmlDeviceGetUUID=lambda h: f"GPU-fake-{h.index}",
-        nvmlDeviceGetName=lambda h: b"NVIDIA A100-SXM4-80GB",
-        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(
-            total=81920 * 2**20, used=(1 + h.index) * 1024 * 2**20
+        nvmlDeviceGetIndex=device(lambda handle: handle.index),
+        nvmlDeviceGetUUID=device(lambda h: f"GPU-fake-{h.index}"),
+        nvmlDeviceGetName=device(lambda h: b"NVIDIA A100-SXM4-80GB"),
+        nvmlDeviceGetMemoryInfo=device(
+            lambda h: SimpleNamespace(total=81920 * 2**20, used=(1 + h.index) * 1024 * 2**20)
         ),
-        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=70 if h.index == 0 else 0, memory=10),
-        nvmlDeviceGetPowerUsage=lambda h: 250_500,
-        nvmlDeviceGetEnforcedPowerLimit=lambda h: 400_000,
-        nvmlDeviceGetTemperature=lambda h, sensor: 65 if h.index == 0 else 93,
-        nvmlDeviceGetTotalEccErrors=ecc,
-        nvmlDeviceGetComputeRunningProcesses=lambda h: [SimpleNamespace(pid=4242)] if h.index == 0 else [],
+        nvmlDeviceGetUtilizationRates=device(
+            lambda h: SimpleNamespace(gpu=70 if h.index == 0 else 0, memory=10)
+        ),
+        nvmlDeviceGetPowerUsage=device(lambda h: 250_500),
+        nvmlDeviceGetEnforcedPowerLimit=device(lambda h: 400_000),
+        nvmlDeviceGetTemperature=device(lambda h, sensor: 65 if h.index == 0 else 93),
+        nvmlDeviceGetTotalEccErrors=device(ecc),
+        nvmlDeviceGetComputeRunningProcesses=device(
+            lambda h: [SimpleNamespace(pid=4242)] if h.index == 0 else []
+        ),
     )
 
 
@@ -230,6 +252,57 @@ async def test_nvml_readings_map_units_and_xid_events() -> None:
     ]
     await source.close()
     assert nvml.calls == ["init", "free", "shutdown"]
+
+
+async def test_a_lost_nvml_gpu_is_reported_lost_and_the_others_are_still_read() -> None:
+    """XID 79: the GPU fell off the bus and every NVML call about it raises GPU_IS_LOST."""
+    nvml = fake_pynvml(gpus=3)
+    source = NvmlSource("gpu-node-3", nvml=nvml)
+    assert [r.lost for r in await source.read(NOW)] == [False, False, False]
+    nvml.broken[1] = 15
+    nvml.pending.extend([(1, 79), (0, 48)])  # the lost GPU's own XID event cannot be placed
+    first, lost, third = await source.read(NOW)
+    assert (first.gpu_uuid, first.utilization_pct, first.lost) == ("GPU-fake-0", 70.0, False)
+    assert first.xid_errors == (48,)
+    assert (third.gpu_uuid, third.memory_used_mib, third.lost) == ("GPU-fake-2", 3072, False)
+    assert (lost.node, lost.gpu_index, lost.gpu_uuid, lost.at, lost.lost) == (
+        "gpu-node-3",
+        1,
+        "GPU-fake-1",
+        NOW,
+        True,
+    )
+    assert (lost.model, lost.memory_total_mib, lost.pods, lost.processes) == ("A100-80GB", 81920, None, None)
+    change = HealthTracker().observe(lost)
+    assert isinstance(change, BecameUnhealthy) and set(change.finding.faults) == {Fault.LOST}
+    (node,) = await source.inventory()  # the lost GPU is still there, as last seen
+    assert [g.uuid for g in node.gpus] == ["GPU-fake-0", "GPU-fake-1", "GPU-fake-2"]
+
+
+async def test_a_gpu_lost_before_nvml_opens_leaves_the_others_readable() -> None:
+    nvml = fake_pynvml(gpus=3)
+    nvml.broken[1] = 15  # lost before this process started: its UUID cannot be known
+    source = NvmlSource("gpu-node-3", nvml=nvml)
+    assert [(r.gpu_index, r.gpu_uuid, r.lost) for r in await source.read(NOW)] == [
+        (0, "GPU-fake-0", False),
+        (2, "GPU-fake-2", False),
+    ]
+    (node,) = await source.inventory()
+    assert [g.index for g in node.gpus] == [0, 2]
+
+
+async def test_an_nvml_error_on_one_gpu_skips_that_gpu_only(caplog: pytest.LogCaptureFixture) -> None:
+    nvml = fake_pynvml(gpus=3)
+    source = NvmlSource("gpu-node-3", nvml=nvml)
+    await source.read(NOW)
+    nvml.broken[2] = 999  # NVML_ERROR_UNKNOWN: not a lost GPU, so no reading rather than a wrong one
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert [(r.gpu_index, r.lost) for r in await source.read(NOW)] == [(0, False), (1, False)]
+    logged = [r for r in caplog.records if "GPU 2" in r.getMessage()]
+    assert len(logged) == 1  # rate-limited: once, not every round
+    del nvml.broken[2]
+    assert [r.gpu_index for r in await source.read(NOW)] == [0, 1, 2]
 
 
 async def test_nvml_without_the_library_fails_saying_so() -> None:

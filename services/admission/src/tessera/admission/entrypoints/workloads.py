@@ -24,6 +24,7 @@ async def workload_sync(deps: AdmissionDeps) -> None:
     cluster = deps.workload_cluster
     if cluster is None:
         return
+    refused: set[str] = set()  # jobs whose change the cluster refused: tried after the others
     while not deps.ctx.stop.is_set():
         try:
             adopted = await adopt_native_jobs(deps.uow, cluster)
@@ -32,7 +33,7 @@ async def workload_sync(deps: AdmissionDeps) -> None:
                 adopted += await sync_lws_groups(deps.uow, cluster)
             if adopted:
                 deps.wake_cycle()
-            done = await sync_workloads(deps.uow, cluster, deps.namespace)
+            done = await sync_workloads(deps.uow, cluster, deps.namespace, refused=refused)
             done += await sync_conditions(deps.uow, cluster)
             if done:
                 continue  # more may be due

@@ -141,10 +141,6 @@ async def _apply_jobset(
     return Outcome(where, objects, item.want, f"suspended {name}")
 
 
-_REFUSED: set[str] = set()
-"""Jobs whose last change this process tried the cluster refused; each round tries them last."""
-
-
 async def sync_workloads(
     uow: Callable[[], AdmissionUnitOfWork],
     cluster: WorkloadCluster,
@@ -153,9 +149,10 @@ async def sync_workloads(
     refused: set[str] | None = None,
 ) -> int:
     """One round; returns how many jobs' objects it brought to their state. ``refused``, the jobs the
-    cluster refused last time they were tried (this process's own by default), go after the others:
-    the round reads as many more due jobs as there are refused ones and tries the others first."""
-    refused = _REFUSED if refused is None else refused
+    cluster refused last time they were tried (kept by the caller from round to round, and updated
+    here), go after the others: the round reads as many more due jobs as there are refused ones and
+    tries the others first."""
+    refused = set() if refused is None else refused
     async with uow() as work:
         read = await work.workloads.due(limit + len(refused))
         due = sorted(read, key=lambda item: item.job_id in refused)[:limit]  # stable: oldest first

@@ -1,5 +1,6 @@
 """The per-node operation state machine: the path each kind of change takes, retries with backoff,
-failure that leaves the node cordoned, rollback before anything was written, and what it announces."""
+failure that leaves the node cordoned, rollback before anything was written, the end of an operation
+whose node is gone, and what it announces."""
 
 from __future__ import annotations
 
@@ -133,6 +134,28 @@ def test_rollback_only_before_anything_was_written() -> None:
     written.written_config(T0)
     with pytest.raises(InvalidTransition, match="op-2 cannot go from applying to rolled_back"):
         written.roll_back("too late", at(1))
+
+
+def test_a_node_gone_ends_the_operation_rolled_back_before_a_write_and_failed_after() -> None:
+    early = Operation.plan("op-1", a_change(), T0)
+    taken(early)
+    early.cordoned(T0, by_us=True)
+    early.node_gone(at(1))
+    assert (early.state, early.reason) == (OpState.ROLLED_BACK, "node a100-0 is gone")
+    [rolled_back] = taken(early)
+    assert isinstance(rolled_back, ReconfigFailed) and rolled_back.outcome == "rolled_back"
+
+    late = Operation.plan("op-2", a_change(), T0)
+    taken(late)
+    late.start_applying(T0, POLICY)
+    late.written_config(T0)
+    late.applied(at(1), POLICY)
+    late.node_gone(at(2))
+    assert (late.state, late.reason, late.open) == (OpState.FAILED, "node a100-0 is gone", False)
+    [failed] = taken(late)
+    assert isinstance(failed, ReconfigFailed) and failed.reason == "node a100-0 is gone"
+    late.node_gone(at(3))  # an ended operation stays as it ended
+    assert late.state is OpState.FAILED and taken(late) == []
 
 
 def test_transitions_out_of_order_are_refused_naming_the_operation() -> None:

@@ -282,6 +282,21 @@ class Operation:
         self.reason = why
         self._failed("rolled_back", why)
 
+    def node_gone(self, now: datetime) -> None:
+        """The node was deleted: the operation ends, rolled back when nothing was written yet, else
+        failed (there is no node left to retry on, or to cordon)."""
+        if not self.open:
+            return
+        why = f"node {self.change.node} is gone"
+        if not (self.written or self.attempts > 1 or self.retry_at is not None):
+            self.roll_back(why, now)
+            return
+        self._go(OpState.FAILED, now)
+        self.deadline = None
+        self.retry_at = None
+        self.reason = why
+        self._failed("left_cordoned", why)
+
     def overdue(self, now: datetime) -> bool:
         return self.deadline is not None and now >= self.deadline
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
+from tessera.core.observability.ratelimit import RateLimitedLog
 from tessera.core.waits import wait_any
 from tessera.slicing.service_layer.dependencies import SlicingDeps
 from tessera.slicing.service_layer.operating import open_operations, step
@@ -12,7 +14,8 @@ from tessera.slicing.service_layer.planning import Planning, plan_round, read_si
 
 log = logging.getLogger(__name__)
 
-#: a failing round (the API server or the database away) waits this long before the next
+#: a failing round (the API server or the database away) waits this long before the next, and a
+#: failing operation this long before its next try
 RETRY_S = 1.0
 
 
@@ -49,20 +52,42 @@ async def _plan_until(deps: SlicingDeps, planning: Planning, until: asyncio.Even
 
 
 async def drive_operations(deps: SlicingDeps) -> None:
-    """Take every open operation as far as it can go now, then wait a tick (or a new plan)."""
+    """Take every open operation as far as it can go now, then wait a tick (or a new plan). A step
+    that fails holds back only its own operation, for RETRY_S; the others go on moving."""
     operator = deps.operator
     if operator is None:
         raise RuntimeError("no cluster to operate on")
+    failures = RateLimitedLog(log)
+    held_back: dict[str, float] = {}  # operation -> monotonic time its next try is due
     while not deps.stop.is_set():
         timeout = deps.tick_s
         if deps.wake is not None:
             deps.wake.clear()
         try:
-            for operation_id in await open_operations(operator):
+            operation_ids = await open_operations(operator)
+        except Exception as exc:
+            failures.warning(
+                f"round:{type(exc).__name__}", "listing open operations failed", extra={"error": repr(exc)}
+            )
+            operation_ids, timeout = [], RETRY_S
+        held_back = {k: due for k, due in held_back.items() if k in operation_ids}
+        for operation_id in operation_ids:
+            if deps.stop.is_set():
+                break
+            if held_back.get(operation_id, 0.0) > time.monotonic():
+                continue
+            try:
                 while not deps.stop.is_set() and await step(operator, operation_id):
                     pass
-        except Exception as exc:
-            log.warning("operation round failed", extra={"error": repr(exc)})
-            timeout = RETRY_S
+            except Exception as exc:
+                held_back[operation_id] = time.monotonic() + RETRY_S
+                failures.warning(
+                    f"step:{operation_id}:{type(exc).__name__}",
+                    "slicing operation step failed; it is retried",
+                    extra={"operation": operation_id, "error": repr(exc)},
+                    exc_info=True,
+                )
+            else:
+                held_back.pop(operation_id, None)
         waits = [deps.stop] if deps.wake is None else [deps.stop, deps.wake]
         await wait_any(*waits, timeout=timeout)

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from tessera.cluster.conventions.names import CHECKPOINTABLE_ANNOTATION, JOB_ID_LABEL
 from tessera.cluster.domain.node import Node
 from tessera.cluster.domain.requirements import Pod
+from tessera.cluster.port import NotFound
 from tessera.slicing.domain.operation import (
     Action,
     ApplyOutcome,
@@ -63,7 +64,17 @@ async def step(operator: Operator, operation_id: str) -> bool:
         if not await uow.leases.acquire(node_name, operator.holder, operator.lease_ttl):
             return False
         before = (op.state, op.attempts, op.written, op.retry_at)
-        await _act(operator, op, operator.clock(), uow)
+        now = operator.clock()
+        try:
+            await _act(operator, op, now, uow)
+        except NotFound:
+            if not await _node_is_gone(operator.cluster, node_name):
+                raise
+            op.node_gone(now)
+            log.warning(
+                "slicing operation ended: its node is gone",
+                extra={"operation": op.operation_id, "node": node_name, "state": op.state.value},
+            )
         await uow.operations.save(op)
         if not op.open:
             await _forget_earlier_attempts(operator, op)
@@ -135,6 +146,15 @@ async def _act(operator: Operator, op: Operation, now: datetime, uow: SlicingUni
             pass
 
 
+async def _node_is_gone(cluster: ClusterOps, name: str) -> bool:
+    """Whether the node itself was deleted (a NotFound from a step may name something else)."""
+    try:
+        await cluster.node(name)
+    except NotFound:
+        return True
+    return False
+
+
 async def _forget_earlier_attempts(operator: Operator, op: Operation) -> None:
     """Earlier attempts' configs: no label names them any more (the last one stays, on the node)."""
     stale = [f"{op.change.config}-{n}" for n in range(1, op.attempts)]
@@ -192,7 +212,10 @@ async def _end_move(operator: Operator, op: Operation) -> None:
     """The operation ended: the node no longer announces that it is going away."""
     if operator.checkpoint_notice is None:
         return
-    node = await operator.cluster.node(op.change.node)
+    try:
+        node = await operator.cluster.node(op.change.node)
+    except NotFound:
+        return  # the node is gone, and its label with it
     if DRAIN_LABEL in node.labels:
         await operator.cluster.mark_draining(op.change.node, None)
 

@@ -120,8 +120,7 @@ class KubeAutoscalers:
             return "created"
         if not _owned_by(existing, owner_uid):
             raise NotOwned(f"{desired['kind']} {meta['namespace']}/{meta['name']} is not owned by it")
-        spec = existing.get("spec") or {}
-        if all(spec.get(key) == value for key, value in desired["spec"].items()):
+        if covers(existing.get("spec") or {}, desired["spec"]):
             return "unchanged"  # fields the server defaults (a real HPA's behavior policies) are left be
         self._replace(gvp, meta["namespace"], meta["name"], {**existing, "spec": desired["spec"]})
         return "updated"
@@ -162,6 +161,17 @@ class KubeAutoscalers:
             "count": 1,
         }
         self._core.create_namespaced_event(pa.namespace, body)
+
+
+def covers(stored: Any, desired: Any) -> bool:
+    """Whether `stored` holds everything `desired` sets: a mapping's keys recursively, so what the API
+    server adds by default (an HPA's scaleUp policies, selectPolicy) is no drift, while anything else
+    (a list, a number, a string) must be equal as a whole."""
+    if isinstance(desired, dict):
+        return isinstance(stored, dict) and all(
+            key in stored and covers(stored[key], value) for key, value in desired.items()
+        )
+    return bool(stored == desired)
 
 
 def _owned_by(obj: dict[str, Any], uid: str) -> bool:

@@ -198,9 +198,22 @@ def selector_text(labels: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
+#: decimal SI suffixes by power of ten, as the API server writes quantities
+_SI_SUFFIXES = {-3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+
+
 def quantity(value: float) -> str:
-    """A Kubernetes quantity, in milli-units when fractional."""
-    return str(int(value)) if float(value).is_integer() else f"{round(value * 1000)}m"
+    """A Kubernetes quantity to the milli-unit, in the canonical form the API server stores it in (the
+    largest power of a thousand that leaves a whole number: `12500m`, `10`, `1500`, `2k`, `1M`), so the
+    HPA read back compares equal to the one written."""
+    amount, exponent = round(value * 1000), -3
+    if amount == 0:
+        return "0"
+    while amount % 10 == 0 and exponent < 18:
+        amount, exponent = amount // 10, exponent + 1
+    while exponent % 3:
+        amount, exponent = amount * 10, exponent - 1
+    return f"{amount}{_SI_SUFFIXES[exponent]}"
 
 
 def hpa(pa: AutoscalerSpec) -> dict[str, Any]:

@@ -71,6 +71,46 @@ def test_dcgm_mig_instances_fold_into_their_gpu() -> None:
     assert (reading.memory_used_mib, reading.temperature_c) == (4000, 61.0)
 
 
+def test_dcgm_nan_or_inf_counts_as_missing_and_the_rest_of_the_node_is_read() -> None:
+    """dcgm-exporter writes NaN (or +Inf) where DCGM has no value for a field."""
+
+    def line(metric: str, gpu: int, value: str) -> str:
+        return f'{metric}{{gpu="{gpu}",UUID="GPU-{gpu}",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"}} {value}'
+
+    text = "\n".join(
+        [
+            line("DCGM_FI_DEV_GPU_UTIL", 0, "50"),
+            line("DCGM_FI_DEV_FB_USED", 0, "100"),
+            line("DCGM_FI_DEV_FB_FREE", 0, "81459"),
+            line("DCGM_FI_DEV_GPU_UTIL", 1, "NaN"),
+            line("DCGM_FI_DEV_FB_USED", 1, "NaN"),
+            line("DCGM_FI_DEV_FB_FREE", 1, "+Inf"),
+            line("DCGM_FI_DEV_POWER_USAGE", 1, "-Inf"),
+            line("DCGM_FI_DEV_GPU_TEMP", 1, "41"),
+            line("DCGM_FI_DEV_XID_ERRORS", 1, "NaN"),
+            line("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 1, "+Inf"),
+            line("DCGM_FI_DEV_ROW_REMAP_FAILURE", 1, "1"),
+            line("DCGM_FI_DEV_POWER_MGMT_LIMIT", 1, "NaN"),
+            "",
+        ]
+    )
+    first, second = readings_from_exposition(text, NOW)
+    assert (first.gpu_uuid, first.utilization_pct, first.memory_used_mib, first.memory_total_mib) == (
+        "GPU-0",
+        50.0,
+        100,
+        81559,
+    )
+    assert (second.gpu_uuid, second.utilization_pct, second.memory_used_mib, second.memory_total_mib) == (
+        "GPU-1",
+        0.0,
+        0,
+        0,
+    )
+    assert (second.power_w, second.temperature_c, second.power_limit_w) == (0.0, 41.0, None)
+    assert (second.xid_errors, second.ecc_uncorrected, second.model) == ((), 1, "H100-80GB")
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

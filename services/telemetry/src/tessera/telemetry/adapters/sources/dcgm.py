@@ -13,10 +13,15 @@ read are those of dcgm-exporter's default counters:
 | DCGM_FI_DEV_XID_ERRORS | the last XID error (0: none) |
 | DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, DCGM_FI_DEV_ROW_REMAP_FAILURE | uncorrectable memory errors |
 | DCGM_FI_DEV_POWER_MGMT_LIMIT (W, when exported) | power limit |
+
+A value that is not finite (the exporter writes NaN where DCGM has no value, and a broken counter can
+read +Inf) counts as missing, like a field not exported: it would otherwise fail the whole scrape and
+leave every GPU of the node unread.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -73,8 +78,10 @@ def parse_exposition(text: str) -> dict[str, _Gpu]:
             if gpu is None:
                 gpu = gpus[uuid] = _Gpu(index, uuid, labels.get("modelName", ""), labels.get("Hostname", ""))
             name = family.name
+            if not math.isfinite(sample.value):
+                pass  # no value: as if the field were not exported (the GPU and its pod still count)
             # MIG instances repeat the parent's UUID: sum what adds up, keep the worst of the rest
-            if name in gpu.values and labels.get("GPU_I_ID"):
+            elif name in gpu.values and labels.get("GPU_I_ID"):
                 if name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"):
                     gpu.values[name] += sample.value
                 else:

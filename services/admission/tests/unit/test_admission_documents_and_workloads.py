@@ -79,12 +79,19 @@ def test_a_document_becomes_the_queueing_model() -> None:
         ),
         ({"flavors": [{"name": "t4"}]}, "queues.team-a.flavors.a100-80gb"),
         ({"tenant_queues": [{"tenant": "x", "queue": "nope"}]}, "tenant_queues.x.queue"),
+        ({"tenant_queues": [{"tenant": "unknown", "queue": "team-a"}]}, "tenant_queues.unknown.tenant"),
     ],
 )
 def test_a_bad_document_names_the_field(changes: dict[str, Any], field: str) -> None:
     with pytest.raises(QueueingValidationError) as caught:
         config(**changes)
     assert caught.value.field == field
+
+
+def test_a_tenant_queue_cannot_name_the_tenant_of_unattributed_usage() -> None:
+    with pytest.raises(QueueingValidationError) as caught:
+        config(tenant_queues=[{"tenant": "unknown", "queue": "team-a"}])
+    assert "'unknown' is reserved for usage no job is known for" in caught.value.reason
 
 
 def test_merging_replaces_by_name_and_keeps_the_rest() -> None:

@@ -67,3 +67,14 @@ async def test_a_token_tenant_is_a_name_a_job_may_carry(uow: Any, tenant: str) -
 
 def test_valid_tenants_pass() -> None:
     assert [tenant_error(t) for t in ("a", "team-a", "a" * 63, "0")] == [None] * 4
+
+
+async def test_the_tenant_telemetry_bills_unattributed_usage_to_is_reserved(uow: Any) -> None:
+    """Telemetry bills GPU use no job is known for to tenant `unknown`: a token for it would read
+    (and its jobs would be billed with) everyone's unattributed usage."""
+    assert tenant_error("unknown") == "'unknown' is reserved for usage no job is known for"
+    async with uow:
+        with pytest.raises(InvalidTenant, match="reserved for usage no job is known for"):
+            await issue_token(uow, "unknown")
+    assert uow.fake_tokens.by_hash == {}
+    assert tenant_error("unknown-team") is None

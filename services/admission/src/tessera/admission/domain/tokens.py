@@ -13,6 +13,16 @@ TENANT_MAX = 63
 TENANT = re.compile(DNS_LABEL)
 """A token's tenant is a name a job may carry (`JobSpec.tenant`): a DNS label."""
 
+RESERVED_TENANTS = {"unknown": "reserved for usage no job is known for"}
+"""Names no tenant may take, with why. Telemetry bills GPU use it finds no job for to tenant
+`unknown`: a token for that tenant would read everyone's unattributed usage (GET /v1/usage)."""
+
+
+def reserved_tenant(tenant: str) -> str | None:
+    """Why ``tenant`` is a reserved name, or None."""
+    why = RESERVED_TENANTS.get(tenant)
+    return None if why is None else f"{tenant!r} is {why}"
+
 
 def tenant_error(tenant: str) -> str | None:
     """Why ``tenant`` cannot be a token's tenant, or None."""
@@ -20,7 +30,7 @@ def tenant_error(tenant: str) -> str | None:
         return f"a tenant is 1 to {TENANT_MAX} characters"
     if not TENANT.fullmatch(tenant):
         return "a tenant is a DNS label: lowercase letters, digits and '-', starting and ending alphanumeric"
-    return None
+    return reserved_tenant(tenant)
 
 
 def token_id(sha256: str) -> str:

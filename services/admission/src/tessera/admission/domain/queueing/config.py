@@ -19,6 +19,7 @@ from tessera.admission.domain.queueing.model import (
     TenantQueue,
 )
 from tessera.admission.domain.queueing.resources import is_known_resource
+from tessera.admission.domain.tokens import reserved_tenant
 
 _T = TypeVar("_T")
 
@@ -77,6 +78,8 @@ class QueueingConfig:
         _check_no_cycles(cohort_map)
         tenants = _unique("tenant_queues", [(t.tenant, t.queue) for t in tenant_queues])
         for tenant, queue in tenants.items():
+            if (reserved := reserved_tenant(tenant)) is not None:
+                raise QueueingValidationError(f"tenant_queues.{tenant}.tenant", reserved)
             if queue not in queue_map:
                 raise QueueingValidationError(f"tenant_queues.{tenant}.queue", f"unknown queue {queue!r}")
         priorities = _unique("priority_classes", [(p.name, p.value) for p in priority_classes])

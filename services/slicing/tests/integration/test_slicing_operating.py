@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
@@ -291,3 +291,41 @@ async def test_more_replicas_on_a_busy_node_are_applied_without_waiting_for_its_
         pass
     assert await state_of(operator) is OpState.SUCCEEDED
     assert (await outbox_types(engine))[-1] == Reconfigured.TYPE
+
+
+def whole_pod(name: str) -> Pod:
+    return Pod(
+        "default",
+        name,
+        PodRequirements(gpu=GpuRequest(GpuRequestKind.WHOLE, count=1, milli=1000)),
+        node_name="a100-0",
+        assignment=DeviceAssignment("a100-0", (GpuShare("GPU-0", 1000),)),
+    )
+
+
+async def test_a_sharing_change_that_would_take_a_share_a_pod_now_holds_is_rolled_back_unwritten(
+    engine: AsyncEngine,
+) -> None:
+    """A time-slicing change goes uncordoned, so pods placed since its plan are read before it is
+    written: fewer replicas than the GPU's pods, or sharing a GPU a pod holds whole, is rolled back."""
+    for node, pods, replicas, why in (
+        (
+            time_sliced_node(4),
+            [share_pod("a"), share_pod("b"), share_pod("c")],
+            2,
+            "more than its 2 replica(s)",
+        ),
+        (a_node(), [whole_pod("w")], 4, "default/w hold GPU 0 whole"),
+    ):
+        cluster = RecordingCluster(node, pods=pods)
+        operator = await drive(engine, cluster, [T0], sharing(replicas))
+        while await step(operator, "op-1"):
+            pass
+        assert not [c for c in cluster.calls if c[0].startswith("write")], "nothing written"
+        async with operator.uow() as unit:
+            op = await unit.operations.get("op-1")
+            assert op is not None and op.state is OpState.ROLLED_BACK
+            assert why in (op.reason or ""), op.reason
+            await unit.session.execute(text("DELETE FROM slicing.operations"))
+            await unit.commit()
+        assert (await outbox_types(engine))[-1] == ReconfigFailed.TYPE

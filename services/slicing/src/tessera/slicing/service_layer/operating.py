@@ -8,7 +8,7 @@ interrupted after its I/O but before its commit is simply done again."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -26,7 +26,7 @@ from tessera.slicing.domain.operation import (
     advertises,
     mig_outcome,
 )
-from tessera.slicing.service_layer.cluster_view import gpu_use
+from tessera.slicing.service_layer.cluster_view import GpuUse, gpu_use
 from tessera.slicing.service_layer.ports import CORDONED_BY_ANNOTATION, DRAIN_LABEL, ClusterOps
 from tessera.slicing.service_layer.unit_of_work import SlicingUnitOfWork
 
@@ -109,6 +109,12 @@ async def _act(operator: Operator, op: Operation, now: datetime, uow: SlicingUni
                 await _roll_back(operator, op, f"{why}: {', '.join(holders)} hold them", now)
         case Action.WRITE:
             if op.state is OpState.PLANNED:
+                if not change.cordons:  # a change that cordons checked its GPUs' pods while draining
+                    node = await cluster.node(change.node)
+                    taken = _shares_taken(op, gpu_use(node, await cluster.pods_on(change.node)))
+                    if taken is not None:
+                        await _roll_back(operator, op, f"the GPUs changed since the plan: {taken}", now)
+                        return
                 op.start_applying(now, policy)
             if change.kind is ChangeKind.MIG:
                 await cluster.write_mig_config(change.node, op.attempt_config, change.body)
@@ -218,6 +224,20 @@ async def _end_move(operator: Operator, op: Operation) -> None:
         return  # the node is gone, and its label with it
     if DRAIN_LABEL in node.labels:
         await operator.cluster.mark_draining(op.change.node, None)
+
+
+def _shares_taken(op: Operation, use: Mapping[str, GpuUse]) -> str | None:
+    """Why a sharing change planned on an earlier view would now take a share a running pod holds (a
+    pod placed since the plan): more pods on a GPU than its new replicas, or a GPU a pod holds whole
+    (or with devices not known) to be shared; None when every holder keeps what it has."""
+    for target in op.change.gpus:
+        holders = sorted(use[target.uuid].pods) if target.uuid in use else []
+        if len(holders) > target.replicas:
+            return f"{', '.join(holders)} hold GPU {target.index}, more than its {target.replicas} replica(s)"
+        whole = [pod for pod in holders if use[target.uuid].milli_of.get(pod, 1000) >= 1000]
+        if whole and target.replicas > 1:
+            return f"{', '.join(whole)} hold GPU {target.index} whole"
+    return None
 
 
 async def _roll_back(operator: Operator, op: Operation, why: str, now: datetime) -> None:

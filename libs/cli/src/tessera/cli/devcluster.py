@@ -174,16 +174,27 @@ def _kubeconfig(path: Path) -> Path:
 
 def devcluster_url(kubeconfig: Path) -> str:
     """The API server of a kubeconfig's current context (the devcluster serves /nvml and /faults there)."""
-    config = yaml.safe_load(kubeconfig.read_text()) or {}
-    current = config.get("current-context")
-    contexts = {c["name"]: c["context"] for c in config.get("contexts", [])}
-    clusters = {c["name"]: c["cluster"] for c in config.get("clusters", [])}
     try:
-        server: str = clusters[contexts[current]["cluster"]]["server"]
+        config = yaml.safe_load(kubeconfig.read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(
+            f"{kubeconfig} is not a kubeconfig: {exc}", param_hint="--kubeconfig"
+        ) from None
+    if not isinstance(config, dict):
+        raise typer.BadParameter(
+            f"{kubeconfig} is not a kubeconfig: it holds no mapping", param_hint="--kubeconfig"
+        )
+    current = config.get("current-context")
+    try:
+        contexts = {c["name"]: c["context"] for c in config.get("contexts") or []}
+        clusters = {c["name"]: c["cluster"] for c in config.get("clusters") or []}
+        server = clusters[contexts[current]["cluster"]]["server"]
     except (KeyError, TypeError):
+        server = None
+    if not isinstance(server, str):
         raise typer.BadParameter(
             f"{kubeconfig}: no server for the current context {current!r}", param_hint="--kubeconfig"
-        ) from None
+        )
     return server.rstrip("/")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from pathlib import Path
@@ -37,17 +38,63 @@ def _client(api: str | None, handled: frozenset[int] = frozenset()) -> httpx.Cli
     return admission_client(api, handled=handled)
 
 
+class _StringTimesLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a date or a timestamp stays the string written
+    (``release: 2024-01-01`` reaches the API as "2024-01-01", not as a date JSON cannot carry)."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+
+def _check_json(value: Any, where: str, path: Path, seen: frozenset[int] = frozenset()) -> None:
+    """Refuse, naming the field, what JSON cannot carry: bytes (``!!binary``), a set, a date
+    (an explicit ``!!timestamp``), NaN or infinity, a structure that contains itself."""
+    field = where or "the document"
+    if isinstance(value, dict | list):
+        if id(value) in seen:
+            raise typer.BadParameter(
+                f"{path}: {field} refers back to a mapping or list that holds it (a YAML alias inside its own anchor)"
+            )
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            inner = f"{where}.{key}" if where else str(key)
+            if isinstance(value, dict):
+                _check_json(key, f"the key {inner}", path)
+            _check_json(item, inner, path, seen | {id(value)})
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise typer.BadParameter(
+            f"{path}: {field} is {value!r}, which JSON cannot carry; give a finite number"
+        )
+    elif not isinstance(value, str | int | float | bool) and value is not None:
+        raise typer.BadParameter(
+            f"{path}: {field} is a {type(value).__name__} ({value!r}), which JSON cannot carry; "
+            "quote it to send it as a string"
+        )
+
+
 def load_job_file(path: Path) -> Any:
+    """The document in ``path``, YAML or JSON (by its suffix), as JSON values: a YAML date or
+    timestamp stays the string written; anything JSON cannot carry is refused, naming the field."""
+    kind = "JSON" if path.suffix == ".json" else "YAML"
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise typer.BadParameter(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise typer.BadParameter(f"{path} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
     try:
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        document = json.loads(text) if kind == "JSON" else yaml.load(text, Loader=_StringTimesLoader)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise typer.BadParameter(
-            f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}"
-        ) from exc
+        raise typer.BadParameter(f"{path} is not valid {kind}: {exc}") from exc
+    except RecursionError:
+        raise typer.BadParameter(f"{path} is nested too deeply to read") from None
+    try:
+        _check_json(document, "", path)
+    except RecursionError:
+        raise typer.BadParameter(f"{path} is nested too deeply to send") from None
+    return document
 
 
 def _fail_unreachable(api: str, exc: httpx.HTTPError) -> typer.Exit:

@@ -72,8 +72,28 @@ def migrate(
         raise typer.BadParameter(
             f"unknown service {service!r}; one of {', '.join(SERVICES)}", param_hint="SERVICE"
         )
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
+    try:
+        url = make_url(database_url)
+        driver, _ = url.drivername, url.port  # the port is read (and checked) only when asked for
+    except (ArgumentError, ValueError):
+        raise typer.BadParameter(
+            "not a database URL; give postgresql://user:pass@host:port/db", param_hint="--database-url"
+        ) from None
+    if not driver.startswith("postgres"):
+        raise typer.BadParameter(
+            f"{driver!r} is not PostgreSQL; give postgresql://user:pass@host:port/db",
+            param_hint="--database-url",
+        )
     for name in [service] if service else list(SERVICES):
-        migrate_one(name, database_url)
+        try:
+            migrate_one(name, database_url)
+        except DBAPIError as exc:  # the database answered, and refused: a wrong password, no such database
+            reason = str(exc.orig or exc).strip().splitlines()[0]
+            err.print(f"[red]error[/]: cannot migrate {name}: {escape(reason)}", soft_wrap=True)
+            raise typer.Exit(1) from exc
         console.print(f"migrated [bold]{name}[/]")
 
 

@@ -39,16 +39,24 @@ Api = Annotated[
 ]
 
 
-def parse_time(text: str, now: datetime) -> datetime:
-    """An ISO 8601 time (UTC when it has no zone), or an age before `now` such as `24h` or `-7d`."""
+def parse_time(text: str, now: datetime, option: str = "--from") -> datetime:
+    """An ISO 8601 time (UTC when it has no zone), or an age before `now` such as `24h` or `-7d`;
+    one that is not, or that lies outside the years 1..9999, is refused naming ``option``."""
     match = _RELATIVE.match(text.strip())
-    if match:
-        return now - timedelta(seconds=float(match["n"]) * _UNIT_S[match["unit"]])
     try:
-        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise typer.BadParameter(f"{text!r}: give an ISO 8601 time or an age such as 24h or 7d") from None
-    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        if match:
+            return now - timedelta(seconds=float(match["n"]) * _UNIT_S[match["unit"]])
+        try:
+            parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise typer.BadParameter(
+                f"{text!r}: give an ISO 8601 time or an age such as 24h or 7d", param_hint=option
+            ) from None
+        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    except OverflowError:  # an age too long, or a time whose UTC falls outside the years 1..9999
+        raise typer.BadParameter(
+            f"{text!r} is out of range: the time (in UTC) must fall in the years 1 to 9999", param_hint=option
+        ) from None
 
 
 def fetch(
@@ -63,10 +71,10 @@ def fetch(
     if by not in ("tenant", "queue", "job", "flavor"):
         raise typer.BadParameter(f"{by!r}: one of tenant, queue, job, flavor", param_hint="--by")
     now = datetime.now(UTC)
-    to = parse_time(end, now) if end else now
+    to = parse_time(end, now, "--to") if end else now
     params: dict[str, Any] = {
         "by": by,
-        "from": parse_time(start, to).isoformat(),
+        "from": parse_time(start, to, "--from").isoformat(),
         "to": to.isoformat(),
         "top": top,
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,62 @@ def test_a_checkpoint_of_another_job_is_refused(tmp_path: Path) -> None:
     assert uri is not None
     with pytest.raises(ForeignCheckpoint, match=r"manifest\.json: checkpoint of job 'job-7', not of 'other'"):
         Checkpointer("other", str(tmp_path), interval_s=None).restore(zeros_like(make_state()), uri=uri)
+
+
+ODD_IDS = [
+    "exp/1",
+    "exp:1",
+    "exp_1",
+    "exp~2F1",
+    "exp%2F1",
+    "..",
+    ".",
+    "../x",
+    "a b",
+    "\u00e9t\u00e9",
+    "x" * 60,
+]
+
+
+def test_jobs_with_different_ids_never_share_a_directory_nor_prune_each_other(tmp_path: Path) -> None:
+    for n, job in enumerate(ODD_IDS):
+        ck = Checkpointer(job, str(tmp_path), interval_s=None, keep=1)
+        for step in (10 * n + 1, 10 * n + 2):
+            assert (r := ck.save(step, make_state(step), wait=True)) is not None and r.ok, r.reason
+        ck.close()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len(names) == len(ODD_IDS) and not {".", ".."} & set(names)
+    assert {"exp_1", "x" * 60} <= set(names)  # an id that needs no escaping keeps the name it always had
+    assert len(list(tmp_path.glob("*/step-*"))) == len(ODD_IDS)  # one each (keep=1), none outside the root
+    for n, job in enumerate(ODD_IDS):
+        state = zeros_like(make_state())
+        assert Checkpointer(job, str(tmp_path), interval_s=None).restore(state) == 10 * n + 2, job
+        assert state["epoch"] == 10 * n + 2
+    with pytest.raises(ValueError, match="job_id"):
+        Checkpointer("", str(tmp_path), interval_s=None)
+
+
+def test_a_checkpoint_of_another_job_in_the_directory_is_neither_restored_nor_pruned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before ids were escaped, `exp/1` wrote into `exp_1`, the directory of the job `exp_1`.
+    other = Checkpointer("exp/1", str(tmp_path / "old"), interval_s=None)
+    assert (r := other.save(50, make_state(50), wait=True)) is not None and r.ok
+    other.close()
+    [legacy] = (tmp_path / "old").glob("*/step-*")
+    (tmp_path / "exp_1").mkdir()
+    shutil.copytree(legacy, tmp_path / "exp_1" / legacy.name)
+    ck = Checkpointer("exp_1", str(tmp_path), interval_s=None, keep=1)
+    assert ck.restore(zeros_like(make_state())) == 0
+    for step in (1, 2, 3):
+        assert (r := ck.save(step, make_state(step), wait=True)) is not None and r.ok
+    assert (tmp_path / "exp_1" / legacy.name / MANIFEST).exists()
+    state = zeros_like(make_state())
+    with caplog.at_level(logging.WARNING):
+        assert ck.restore(state) == 3
+    assert "of job 'exp/1', not of 'exp_1': skipped" in caplog.text and state["epoch"] == 3
+    assert [c.step for c in list_checkpoints(LocalStore(str(tmp_path)), "exp_1")] == [3, 50]
+    ck.close()
 
 
 def test_an_unknown_format_version_is_refused(tmp_path: Path) -> None:

@@ -97,6 +97,8 @@ class Checkpointer:
     ) -> None:
         if chunk_bytes < 1 or keep < 1:
             raise ValueError("chunk_bytes and keep must be positive")
+        if not job_id:
+            raise ValueError("job_id must not be empty")
         self.job_id = job_id
         self.storage_url = storage_url
         self.interval_s = interval_s

@@ -33,11 +33,28 @@ from tessera.checkpoint_client.store import Store
 from tessera.checkpoint_client.tree import Bytes, Key, LeafInfo
 
 log = logging.getLogger(__name__)
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_SAFE = re.compile(r"[A-Za-z0-9_.-]+")
+_KEEP = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def job_dir_name(job_id: str) -> str:
+    """The job's directory under the root: one path component, a different one for every job id.
+
+    An id made only of letters, digits, `_`, `.` and `-` (not `.` or `..`) is its own name, as it
+    always was, so existing checkpoints are found. Any other id is escaped: each byte of its UTF-8 that
+    is not one of those characters becomes `~XX` (uppercase hex), and so does every `.` of `.` and `..`.
+    `~` is escaped itself and never in a plain name, so no two ids share a directory (`exp/1` is
+    `exp~2F1`, `exp:1` is `exp~3A1`, `exp_1` is `exp_1`) and none leaves the root."""
+    if not job_id:
+        raise ValueError("job_id must not be empty")
+    if _SAFE.fullmatch(job_id) and job_id not in (".", ".."):
+        return job_id
+    keep = _KEEP - {"."} if job_id in (".", "..") else _KEEP
+    return "".join(chr(b) if chr(b) in keep else f"~{b:02X}" for b in job_id.encode("utf-8", "surrogatepass"))
 
 
 def job_dir(store: Store, job_id: str) -> str:
-    return store.join(store.root, _UNSAFE.sub("_", job_id))
+    return store.join(store.root, job_dir_name(job_id))
 
 
 @dataclass(frozen=True)
@@ -188,22 +205,34 @@ def _check_consistent(path: str, m: Manifest) -> None:
 
 
 def latest_complete(store: Store, job_id: str) -> tuple[str, Manifest] | None:
-    """The newest checkpoint with a valid manifest; torn ones (no or unreadable manifest) are skipped.
+    """The newest checkpoint of the job with a valid manifest; torn ones (no or unreadable manifest) are
+    skipped, and so are checkpoints of another job (only a directory shared under the naming of older
+    versions, where `exp/1` and `exp:1` were both `exp_1`, holds them).
 
-    A foreign manifest (another job, an unknown format) is refused, not skipped: it means the storage
-    root is shared by mistake, and resuming from an older checkpoint would silently lose work."""
+    A manifest in an unknown format is refused, not skipped: it may be this job's, written by a newer
+    client, and resuming from an older checkpoint would silently lose work."""
     for listed in reversed(list_checkpoints(store, job_id)):
         if not listed.complete:
             log.warning("checkpoint %s is torn (no manifest): skipped", store.uri(listed.path))
             continue
         try:
-            return listed.path, read_manifest(store, listed.path, job_id)
+            manifest = read_manifest(store, listed.path, None)
         except ForeignCheckpoint:
             raise
         except CheckpointCorrupt as exc:
             log.warning(
                 "checkpoint %s has no valid manifest: skipped (%s)", store.uri(listed.path), exc.reason
             )
+            continue
+        if manifest.job_id != job_id:
+            log.warning(
+                "checkpoint %s is of job %r, not of %r: skipped",
+                store.uri(listed.path),
+                manifest.job_id,
+                job_id,
+            )
+            continue
+        return listed.path, manifest
     return None
 
 
@@ -236,9 +265,10 @@ def read_checkpoint(store: Store, directory: str, manifest: Manifest) -> Bytes:
 def prune(store: Store, job_id: str, keep: int, newest: str) -> list[str]:
     """Delete all but the `keep` newest complete checkpoints, once `newest` is published.
 
-    Torn directories older than the newest are leftovers of dead flushes and go too. A checkpoint is
-    deleted manifest first, so a deletion cut short leaves a torn directory, never a corrupt one."""
-    listed = list_checkpoints(store, job_id)
+    Torn directories older than the newest are leftovers of dead flushes and go too. A checkpoint whose
+    manifest names another job is neither counted nor deleted. A checkpoint is deleted manifest first,
+    so a deletion cut short leaves a torn directory, never a corrupt one."""
+    listed = [c for c in list_checkpoints(store, job_id) if not _of_other_job(store, c, job_id)]
     complete = [c for c in listed if c.complete]
     if not any(c.path == newest for c in complete):
         return []
@@ -254,6 +284,15 @@ def prune(store: Store, job_id: str, keep: int, newest: str) -> list[str]:
         store.rmtree(c.path)
         deleted.append(c.path)
     return deleted
+
+
+def _of_other_job(store: Store, listed: Listed, job_id: str) -> bool:
+    """Whether the checkpoint's manifest names another job (one that does not parse names none)."""
+    if not listed.complete:
+        return False
+    raw = store.read_bytes(store.join(listed.path, MANIFEST))
+    other = _peek(raw, "job_id") if raw is not None else None
+    return isinstance(other, str) and other != job_id
 
 
 def cleanup_torn(store: Store, directory: str) -> None:
@@ -272,6 +311,7 @@ __all__ = [
     "Written",
     "cleanup_torn",
     "job_dir",
+    "job_dir_name",
     "latest_complete",
     "list_checkpoints",
     "prune",

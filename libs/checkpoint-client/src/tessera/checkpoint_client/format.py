@@ -5,7 +5,7 @@
 
 The manifest names every tensor with its shape, dtype and the pieces of chunks holding its bytes, and
 every chunk with its size and CRC-32C. A directory without a valid manifest is torn (a flush that died)
-and is never read. Readers refuse an unknown `format_version`.
+and is never read. Readers refuse an unknown `format_version`. `<job>` is `durable.job_dir_name(job_id)`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ the official `kubernetes` client: it owns an autoscaling/v2 HPA on the forecast 
 total over the target gives the replicas), writes the forecast and the recommendation in status, scales
 nothing in Preview, reports an unknown target or metric as a condition and an Event, and owns a KEDA
 ScaledObject on its external scaler once the cluster serves them. A `prometheus` metric is read from a
-real HTTP server answering Prometheus' query API as Prometheus does, errors included."""
+real HTTP server answering Prometheus' query API as Prometheus does, errors included: a query that never
+worked gets no HPA, and one that fails after working keeps its HPA, serving the fallback."""
 
 from __future__ import annotations
 
@@ -62,10 +63,12 @@ def apiserver() -> Iterator[ApiServer]:
 
 class FakePrometheus(BaseHTTPRequestHandler):
     """`GET /api/v1/query`: `sum(chat_requests)` is a one-element vector of the current reading; any other
-    query is rejected with a 400 and a `bad_data` body, as Prometheus rejects a query it cannot parse."""
+    query is rejected with a 400 and a `bad_data` body, as Prometheus rejects a query it cannot parse.
+    While `unavailable`, every query gets Prometheus' 503 (`errorType: timeout`)."""
 
     reading = 42.0
     queries: list[str] = []
+    unavailable = False
 
     def do_GET(self) -> None:
         url = urllib.parse.urlparse(self.path)
@@ -74,6 +77,9 @@ class FakePrometheus(BaseHTTPRequestHandler):
         FakePrometheus.queries.append(query)
         if url.path != "/api/v1/query":
             self._send(404, {"status": "error", "errorType": "not_found", "error": url.path})
+        elif FakePrometheus.unavailable:
+            error = "query timed out in expression evaluation"
+            self._send(503, {"status": "error", "errorType": "timeout", "error": error})
         elif query == "sum(chat_requests)":
             at = float(params["time"][0])
             result = [{"metric": {}, "value": [at, str(FakePrometheus.reading)]}]
@@ -308,7 +314,45 @@ async def test_the_controller_owns_an_hpa_on_the_forecast_and_reports_what_it_ca
         ready = next(c for c in bad["conditions"] if c["type"] == "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "PrometheusError")
         assert 'bad_data: 1:5: parse error: unexpected end of input in "sum("' in ready["message"]
-        assert await asyncio.to_thread(kube.hpa, "badprom") is None
+        assert await asyncio.to_thread(kube.hpa, "badprom") is None  # its metric never worked: no HPA
+
+        # a query that fails after working (Prometheus timing out) keeps the HPA, its uid (and so the
+        # HPA controller's history of it) unchanged; it acts on what is still served, the last reading
+        prom_hpa = await asyncio.to_thread(kube.hpa, "prom")
+        assert prom_hpa is not None
+        FakePrometheus.unavailable = True
+        try:
+
+            async def prom_failing() -> dict[str, tuple[str, str]]:
+                found = await asyncio.to_thread(kube.conditions, "prom")
+                return found if found.get("Ready") == ("False", "PrometheusError") else {}
+
+            failing = await eventually(prom_failing, timeout=30, what="the failed query in prom's status")
+            assert failing["Scaling"] == ("True", "Kept")
+            passes = svc.deps.autoscaler_passes
+
+            async def two_more_passes() -> bool:
+                return bool(svc.deps.autoscaler_passes >= passes + 2)
+
+            await eventually(two_more_passes, timeout=30, what="two more passes")
+            kept = await asyncio.to_thread(kube.hpa, "prom")
+            assert kept is not None and kept["metadata"]["uid"] == prom_hpa["metadata"]["uid"]
+            down = await asyncio.to_thread(kube.status, "prom")
+            assert down["forecast"] == FakePrometheus.reading and down["source"] == "reactive"
+            assert "timeout: query timed out" in next(
+                c["message"] for c in down["conditions"] if c["type"] == "Ready"
+            )
+            assert "PrometheusError" in await asyncio.to_thread(kube.event_reasons, "prom")
+        finally:
+            FakePrometheus.unavailable = False
+
+        async def prom_ready() -> bool:
+            found = await asyncio.to_thread(kube.conditions, "prom")
+            return found.get("Ready") == ("True", "Ready")
+
+        await eventually(prom_ready, timeout=30, what="prom Ready again once Prometheus answers")
+        back = await asyncio.to_thread(kube.hpa, "prom")
+        assert back is not None and back["metadata"]["uid"] == prom_hpa["metadata"]["uid"]
 
         # via keda with no KEDA in the cluster: said so; once KEDA's CRD is there, a ScaledObject
         assert (await asyncio.to_thread(kube.conditions, "keda"))["Ready"] == ("False", "KedaNotInstalled")

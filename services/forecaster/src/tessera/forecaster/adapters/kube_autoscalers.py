@@ -111,11 +111,16 @@ class KubeAutoscalers:
         else:
             self._custom.delete_namespaced_custom_object(*gvp[:2], namespace, gvp[2], name)
 
-    def apply(self, gvp: tuple[str, str, str], desired: dict[str, Any], owner_uid: str) -> str:
-        """Create the owned object, or bring its spec back to `desired`; returns what it did."""
+    def apply(
+        self, gvp: tuple[str, str, str], desired: dict[str, Any], owner_uid: str, *, create: bool = True
+    ) -> str:
+        """Create the owned object (unless `create` is false: then `absent`), or bring its spec back to
+        `desired`; returns what it did."""
         meta = desired["metadata"]
         existing = self._get(gvp, meta["namespace"], meta["name"])
         if existing is None:
+            if not create:
+                return "absent"
             self._create(gvp, meta["namespace"], desired)
             return "created"
         if not _owned_by(existing, owner_uid):

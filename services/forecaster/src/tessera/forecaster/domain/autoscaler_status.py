@@ -26,6 +26,9 @@ class Observed:
     recent_error: float | None = None
     problem: tuple[str, str] | None = None
     """(reason, message) that keeps it from being Ready: an unknown target or metric, a PromQL error"""
+    kept: bool = False
+    """the HPA or ScaledObject it owns is kept through the problem (a failed query) and acts on what is
+    still served: the last good forecast while it reaches now, then the last reading"""
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,15 @@ def conditions(pa: AutoscalerSpec, observed: Observed) -> list[Condition]:
         why = observed.reason or "no forecast"
         forecasting = Condition("Forecasting", False, "Reactive", f"serving the last reading: {why}")
     owned = "HorizontalPodAutoscaler" if pa.via == "hpa" else "ScaledObject"
-    if observed.problem is not None:
+    if observed.problem is not None and observed.kept:
+        scaling = Condition(
+            "Scaling",
+            True,
+            "Kept",
+            f"{owned} {pa.namespace}/{pa.name} is kept through {observed.problem[0]} and acts on the last"
+            " good forecast or the last reading",
+        )
+    elif observed.problem is not None:
         scaling = Condition("Scaling", False, observed.problem[0], observed.problem[1])
     elif pa.mode == "Preview":
         scaling = Condition("Scaling", False, "Preview", "Preview mode only recommends replicas")

@@ -2,14 +2,21 @@
 spec, check its target and metric, record a `prometheus` metric's reading, own the HPA or ScaledObject
 (none in Preview) and write its status. A bad spec, an unknown target or metric, or a PromQL error
 becomes a condition and an Event, never a crash. The cluster calls block (the official client), so they
-run in a worker thread."""
+run in a worker thread.
+
+What it owns is created only on a pass without a problem, so an autoscaler whose metric never worked
+gets none. A metric's problem (a failed Prometheus query, a series nobody records) keeps what it owns,
+brought up to the spec: it acts on what is still served, the last good forecast and then the last
+reading. A missing target keeps it for `target_grace_s` (a target deleted and created again keeps its
+HPA's history). Preview, an invalid spec or a target kind it cannot read deletes it; deleting the
+autoscaler deletes it through its owner reference."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -25,6 +32,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 HPA = ("autoscaling", "v2", "horizontalpodautoscalers")
 SCALED_OBJECT = ("keda.sh", "v1alpha1", "scaledobjects")
+#: problems of the metric: what it owns is kept (the served value falls back), never created
+METRIC_PROBLEMS = frozenset({"PrometheusError", "PrometheusNotConfigured", "MetricNotFound"})
+TARGET_NOT_FOUND = "TargetNotFound"
 
 
 class AutoscalerCluster(Protocol):
@@ -34,7 +44,12 @@ class AutoscalerCluster(Protocol):
         ...
 
     def serves(self, group: str, version: str, plural: str) -> bool: ...
-    def apply(self, gvp: tuple[str, str, str], desired: dict[str, Any], owner_uid: str) -> str: ...
+    def apply(
+        self, gvp: tuple[str, str, str], desired: dict[str, Any], owner_uid: str, *, create: bool = True
+    ) -> str:
+        """Create it (unless not `create`: `absent`) or bring its spec to `desired`; NotOwned if another's."""
+        ...
+
     def remove(self, gvp: tuple[str, str, str], namespace: str, name: str, owner_uid: str) -> bool: ...
     def write_status(self, pa: AutoscalerSpec, status: dict[str, Any]) -> None: ...
     def event(self, pa: AutoscalerSpec, kind: str, reason: str, message: str, now: datetime) -> None: ...
@@ -53,8 +68,12 @@ class AutoscalerController:
     scaler_address: Callable[[], str]
     """where KEDA reaches the forecaster's external scaler (host:port)"""
     prometheus: MetricSource | None = None
+    target_grace_s: float = 300.0
+    """how long a missing scale target keeps what the autoscaler owns"""
     #: the last problem reported per autoscaler, so an Event is sent when it changes, not every round
     reported: dict[str, str | None] = field(default_factory=dict)
+    #: when this replica first found an autoscaler's target missing, by the autoscaler's uid
+    target_missing_since: dict[str, datetime] = field(default_factory=dict)
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.to_thread(fn, *args)
@@ -62,6 +81,9 @@ class AutoscalerController:
     async def reconcile_all(self) -> int:
         """One pass over every PredictiveAutoscaler; returns how many it reconciled."""
         objects = await self._call(self.cluster.list)
+        uids = {str((obj.get("metadata") or {}).get("uid")) for obj in objects}
+        for uid in set(self.target_missing_since) - uids:
+            del self.target_missing_since[uid]
         done = 0
         for obj in objects:
             try:
@@ -83,8 +105,12 @@ class AutoscalerController:
             await self._invalid(obj, exc, now)
             return None
         observed = await self._observe(pa, now)
-        if observed.problem is None and pa.mode == "Auto":
+        if pa.mode != "Auto":
+            await self._disown(pa)
+        elif observed.problem is None:
             observed = await self._own(pa, observed)
+        elif self._keeps(pa, observed.problem[0], now):
+            observed = await self._keep(pa, observed)
         else:
             await self._disown(pa)
         previous = (obj.get("status") or {}).get("conditions") or []
@@ -93,19 +119,30 @@ class AutoscalerController:
         await self._report(pa, observed, now)
         return new_status
 
+    def _keeps(self, pa: AutoscalerSpec, reason: str, now: datetime) -> bool:
+        """Whether a problem keeps what the autoscaler owns: one of its metric's, or a target missing for
+        less than the grace period."""
+        if reason in METRIC_PROBLEMS:
+            return True
+        if reason == TARGET_NOT_FOUND:
+            since = self.target_missing_since.get(pa.uid, now)
+            return (now - since).total_seconds() < self.target_grace_s
+        return False
+
     async def _observe(self, pa: AutoscalerSpec, now: datetime) -> Observed:
         try:
             exists = await self._call(self.cluster.target_exists, pa.namespace, pa.target_ref)
         except ValueError as exc:  # a kind it cannot read
             return Observed(problem=("UnsupportedTarget", str(exc)))
         if not exists:
+            self.target_missing_since.setdefault(pa.uid, now)
             target = pa.target_ref
             message = f"{target.kind} {pa.namespace}/{target.name} does not exist"
-            return Observed(problem=("TargetNotFound", message))
+            return Observed(problem=(TARGET_NOT_FOUND, message))
+        self.target_missing_since.pop(pa.uid, None)
+        problem = None
         if pa.metric.type == "prometheus":
             problem = await self._record_prometheus(pa, now)
-            if problem is not None:
-                return Observed(problem=problem)
         ref = MetricRef.from_selector(pa.series_metric(), pa.series_selector(), self.deps.default_window_s)
         async with self.deps.uow() as uow:
             value = await metric_value(uow, ref.series_metric, ref.selector, now=now, window_s=pa.window_s)
@@ -124,7 +161,7 @@ class AutoscalerController:
                 )
             )
         if not value.found:
-            return Observed()
+            return Observed(problem=problem)
         return Observed(
             value=value.value,
             expected=value.expected,
@@ -132,6 +169,7 @@ class AutoscalerController:
             reason=value.reason,
             model=",".join(value.models) or None,
             recent_error=recent_error,
+            problem=problem,  # a failed query: what is still served, and why it is not Ready
         )
 
     async def _record_prometheus(self, pa: AutoscalerSpec, now: datetime) -> tuple[str, str] | None:
@@ -169,8 +207,26 @@ class AutoscalerController:
             await self._call(self.cluster.remove, other, pa.namespace, pa.name, pa.uid)
         return observed
 
+    async def _keep(self, pa: AutoscalerSpec, observed: Observed) -> Observed:
+        """A problem that keeps what it owns: an existing object is brought up to the spec (a changed
+        bound or target still applies), none is created, the other kind is left as it is."""
+        if pa.via == "hpa":
+            wanted, desired = HPA, pa_domain.hpa(pa)
+        elif await self._call(self.cluster.serves, *SCALED_OBJECT):
+            wanted, desired = SCALED_OBJECT, pa_domain.scaled_object(pa, self.scaler_address())
+        else:
+            return observed
+        try:
+            done = await self._call(lambda: self.cluster.apply(wanted, desired, pa.uid, create=False))
+        except Exception as exc:  # another's object, or the API server: the problem is still the one to say
+            log.warning("keeping the owned object failed", extra={"autoscaler": pa.key, "error": repr(exc)})
+            return observed
+        # it acts on the forecast only while something is served (not for a target or a series gone)
+        return replace(observed, kept=done != "absent" and observed.value is not None)
+
     async def _disown(self, pa: AutoscalerSpec) -> None:
-        """Preview, or a problem: nothing of its own scales the target."""
+        """Preview, an invalid spec, a target it cannot read or one gone past the grace: nothing of its
+        own scales the target."""
         for gvp in (HPA, SCALED_OBJECT):
             if gvp == HPA or await self._call(self.cluster.serves, *gvp):
                 await self._call(self.cluster.remove, gvp, pa.namespace, pa.name, pa.uid)
@@ -211,12 +267,4 @@ class AutoscalerController:
 
 
 def _with_problem(observed: Observed, reason: str, message: str) -> Observed:
-    return Observed(
-        observed.value,
-        observed.expected,
-        observed.source,
-        observed.reason,
-        observed.model,
-        observed.recent_error,
-        (reason, message),
-    )
+    return replace(observed, problem=(reason, message))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -68,7 +68,7 @@ def create(
     if (seconds := parse_duration(ttl)) is not None:
         body["ttl_seconds"] = seconds
     if expires_at is not None:
-        body["expires_at"] = (expires_at if expires_at.tzinfo else expires_at.astimezone()).isoformat()
+        body["expires_at"] = (expires_at if expires_at.tzinfo else expires_at.replace(tzinfo=UTC)).isoformat()
     made = _call(api, lambda client: client.post("/v1/tokens", json=body))
     console.print(made["token"], soft_wrap=True)
     until = f"expires {made['expires_at']}" if made.get("expires_at") else "does not expire"

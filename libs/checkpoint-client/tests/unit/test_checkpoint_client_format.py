@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 from pathlib import Path
@@ -336,6 +337,24 @@ def test_load_returns_nested_arrays(tmp_path: Path) -> None:
     assert tree["optim"]["state"][0]["m"].shape == (100,)
     assert tree["optim"]["param_groups"] == [{"lr": pytest.approx(1.0)}] and tree["epoch"] == 9
     ck.close()
+
+
+def test_infinities_and_nan_come_back_as_themselves(tmp_path: Path) -> None:
+    inf, nan = float("inf"), float("nan")
+    values = {"best": inf, "worst": -inf, "lr": nan, "seq": [1.5, inf, (nan, -inf)], "d": {"x": -inf}}
+    ck = save(tmp_path, 5, {**make_state(5), "sched": values}, metadata={"loss": inf})
+    ck.close()
+    state = {**zeros_like(make_state()), "sched": {**{k: 0.0 for k in values}, "d": {"x": 0.0}}}
+    assert Checkpointer(JOB, str(tmp_path), interval_s=None).restore(state) == 5
+    got = state["sched"]
+    assert got["best"] == inf and got["worst"] == -inf and math.isnan(got["lr"])
+    assert got["seq"][:2] == [1.5, inf] and isinstance(got["seq"][2], tuple)
+    assert math.isnan(got["seq"][2][0]) and got["seq"][2][1] == -inf and got["d"] == {"x": -inf}
+    assert ck.last_result is not None
+    _, tree = load(ck.last_result.uri, job_id=JOB)
+    assert tree["sched"]["best"] == inf and math.isnan(tree["sched"]["lr"])
+    manifest = json.loads((ckpt_dirs(tmp_path)[0] / MANIFEST).read_text())
+    assert manifest["metadata"]["loss"] == inf
 
 
 def test_any_fsspec_filesystem_works(tmp_path: Path) -> None:

@@ -49,7 +49,10 @@ def chunk_name(index: int) -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # inf, -inf and NaN (a scheduler's best loss) as the JavaScript constants `Infinity`, `-Infinity` and
+    # `NaN`, as Python's json writes them, instead of pydantic's default null; pydantic and json read
+    # them back as the floats.
+    model_config = ConfigDict(extra="ignore", frozen=True, ser_json_inf_nan="constants")
 
 
 class Chunk(_Model):

@@ -4,7 +4,8 @@
 `optim.state.0.exp_avg`). Tensors are whatever a `LeafAdapter` recognises: NumPy arrays, NumPy scalars
 and objects with the buffer protocol here; torch tensors in `tessera.checkpoint_client.torch`. Other
 leaves must be plain values (None, bool, int, float, str and lists/tuples of them, such as an
-optimizer's `param_groups`); they travel as JSON in the manifest. This module never imports torch.
+optimizer's `param_groups`); they travel as JSON in the manifest (inf and NaN as `Infinity`, `NaN`).
+This module never imports torch.
 """
 
 from __future__ import annotations

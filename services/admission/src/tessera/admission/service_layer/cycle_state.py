@@ -94,12 +94,22 @@ async def load_cycle_state(uow: AdmissionUnitOfWork, now: datetime) -> CycleStat
 
 
 async def _restore_preemptions(uow: AdmissionUnitOfWork, engine: QueueingEngine) -> None:
+    """The preemptions of preemptors still queued, with every victim one of them waits for: also
+    those a preemptor cancelled since asked to leave (each draining row names who asked)."""
     inflight, draining = await uow.cycle_records.preemptions()
+    asked = {d.victim: d for d in draining}
     for record in inflight:
         if not engine.is_pending(record.preemptor):
-            continue
-        mine = [d for d in draining if d.preemptor == record.preemptor and engine.is_admitted(d.victim)]
-        engine.reserve_for_preemptor(record, engine.workload(record.preemptor).queue, mine)
+            continue  # admitted or cancelled since: its reservation went with it
+        try:
+            engine.restore_preemption(record, asked)
+        except QueueingValidationError as exc:
+            # One record that no longer fits must not stop the cycle: its preemptor searches again.
+            log.warning(
+                "in-flight preemption dropped, its preemptor searches again: %s",
+                exc,
+                extra={"job_id": record.preemptor},
+            )
 
 
 async def _restore_fair_share(

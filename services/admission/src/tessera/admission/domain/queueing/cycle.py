@@ -82,7 +82,9 @@ class AdmissionCycle:
         inflight = engine.inflight_preemptions()
         for name, record in sorted(inflight.items(), key=lambda kv: (kv[1].requested_at, kv[0])):
             workload = engine.workload(name)
-            remaining = [v for v in record.victims if engine.is_admitted(v)]
+            remaining = self._still_draining(record)
+            # Victims that released (even if admitted again since) are no longer waited for.
+            record.victims = remaining
             self.handled.add(name)
             if remaining and self.now < record.deadline:
                 self._wait(workload, WaitReason.WAITING_FOR_VICTIMS, f"waiting for {', '.join(remaining)}")
@@ -106,6 +108,18 @@ class AdmissionCycle:
             del inflight[name]
             borrows = any(engine.tree.is_borrowing(workload.queue, fr) for fr in record.usage)
             self._admit(workload, record.flavors, record.usage, borrows, reserved=True)
+
+    def _still_draining(self, record: InFlightPreemption) -> tuple[str, ...]:
+        """The record's victims still draining for it: admitted no later than it was requested, and
+        asked to leave (by it or by the preemption it waits on) without having released yet. A
+        victim that released and was admitted again is another admission, which this preemptor
+        neither waits for nor forces out."""
+        engine = self.engine
+        return tuple(
+            v
+            for v in record.victims
+            if engine.is_draining(v) and engine.admitted(v).admitted_at <= record.requested_at
+        )
 
     def _admit_heads(self) -> None:
         engine = self.engine

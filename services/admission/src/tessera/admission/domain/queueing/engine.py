@@ -10,6 +10,7 @@ calls `unadmit` to give the quota back and requeue the job.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -91,6 +92,39 @@ class QueueingEngine:
                 usage[(flavor, res)] = usage.get((flavor, res), 0) + qty
         self.hold(AdmittedWorkload(workload, flavors, usage, admitted_at, checkpointed_at=checkpointed_at))
 
+    def restore_preemption(self, record: InFlightPreemption, asked: Mapping[str, DrainingVictim]) -> None:
+        """Rebuild an in-flight preemption after a restart, once its preemptor is queued again and
+        every job that holds quota is restored. `asked` holds every victim asked to leave, with the
+        request it drains for.
+
+        Of the record's victims, those still admitted since before the request and asked to leave
+        drain again, whoever asked them: a preemptor cancelled since may have asked for one this one
+        waits for too. The others have left and drop out of the record. Raises
+        `QueueingValidationError` when the record no longer fits the queued preemptor or the
+        configuration (the service drops it, and the preemptor searches again)."""
+        name = record.preemptor
+        workload = self._workloads.get(name)
+        if workload is None:
+            raise QueueingValidationError("preemptor", f"job {name!r} is not queued")
+        if name in self._inflight:
+            raise QueueingValidationError("preemptor", f"job {name!r} is already waiting for victims")
+        if len(record.flavors) != len(workload.pod_groups):
+            raise QueueingValidationError(
+                "flavors",
+                f"one flavor per pod group: got {len(record.flavors)} for {len(workload.pod_groups)}",
+            )
+        unknown = sorted((set(record.flavors) | {f for f, _ in record.usage}) - self.config.flavors)
+        if unknown:
+            raise QueueingValidationError("flavors", f"unknown flavor {unknown[0]!r}")
+        waits_for = [
+            asked[v]
+            for v in record.victims
+            if v in asked and v in self._admitted and self._admitted[v].admitted_at <= record.requested_at
+        ]
+        new_victims = [d for d in waits_for if d.victim not in self._draining]
+        record = dataclasses.replace(record, victims=tuple(d.victim for d in waits_for))
+        self.reserve_for_preemptor(record, workload.queue, new_victims)
+
     def release(self, name: str) -> None:
         """An admitted job finished, failed, was cancelled or evicted: its quota is free again."""
         admitted = self._admitted.pop(name, None)
@@ -114,6 +148,12 @@ class QueueingEngine:
         record = self._inflight.pop(name, None)
         if record is not None:
             self.tree.remove_usage(workload.queue, record.usage)
+            # Its victims that no other preemptor waits for are no longer leaving: they keep their
+            # quota, as the engine rebuilt from the stored records would find them.
+            waited_for = {v for r in self._inflight.values() for v in r.victims}
+            for victim in record.victims:
+                if victim in self._draining and victim not in waited_for:
+                    self._undrain(victim)
         self._last_wait.pop(name, None)
 
     def unadmit(self, name: str) -> None:
@@ -131,6 +171,10 @@ class QueueingEngine:
 
     def is_pending(self, name: str) -> bool:
         return name in self._workloads
+
+    def is_draining(self, name: str) -> bool:
+        """Whether the admitted job has been asked to leave and has not released its quota yet."""
+        return name in self._draining
 
     def admitted(self, name: str) -> AdmittedWorkload:
         return self._admitted[name]
@@ -190,6 +234,14 @@ class QueueingEngine:
 
     def draining(self, victim: str) -> DrainingVictim:
         return self._draining[victim]
+
+    def _undrain(self, victim: str) -> None:
+        """The victim is no longer asked to leave: it holds its quota as any admitted job."""
+        del self._draining[victim]
+        admitted = self._admitted[victim]
+        admitted.being_preempted = False
+        held = self._draining_usage[self.tree.root_of(admitted.queue)][admitted.queue]
+        add_into(held, admitted.usage, sign=-1)
 
     def draining_in_cohort(self, queue: str, needed: set[FlavorResource]) -> list[DrainingVictim]:
         root = self.tree.root_of(queue)

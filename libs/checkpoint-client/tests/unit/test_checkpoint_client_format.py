@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import crc32c
+import fsspec
 import numpy as np
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 
 from tessera.checkpoint_client import (
     CheckpointCorrupt,
@@ -355,6 +357,38 @@ def test_infinities_and_nan_come_back_as_themselves(tmp_path: Path) -> None:
     assert tree["sched"]["best"] == inf and math.isnan(tree["sched"]["lr"])
     manifest = json.loads((ckpt_dirs(tmp_path)[0] / MANIFEST).read_text())
     assert manifest["metadata"]["loss"] == inf
+
+
+class KeyedMemory(MemoryFileSystem):
+    """An in-memory filesystem that, like an object store, needs its credentials in the options."""
+
+    protocol = ("keyedmem",)
+    store: dict[str, Any] = {}  # fsspec's own layout, one per class
+    pseudo_dirs = [""]
+
+    def __init__(self, *, key: str | None = None, **kw: Any) -> None:
+        if key != "sesame":
+            raise PermissionError(f"keyedmem: key {key!r} refused")
+        super().__init__(**kw)
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        return super()._strip_protocol(str(path).removeprefix("keyedmem://"))
+
+
+def test_restoring_or_loading_a_uri_uses_the_storage_options(tmp_path: Path) -> None:
+    fsspec.register_implementation("keyedmem", KeyedMemory, clobber=True)
+    options = {"key": "sesame"}
+    ck = Checkpointer(JOB, f"keyedmem://{tmp_path.name}", interval_s=None, storage_options=options)
+    first = ck.save(1, make_state(1), wait=True)
+    assert first is not None and first.ok, first.reason
+    assert (r := ck.save(2, make_state(2), wait=True)) is not None and r.ok
+    state = zeros_like(make_state())
+    assert ck.restore(state, uri=first.uri) == 1 and state["epoch"] == 1
+    assert load(first.uri, job_id=JOB, storage_options=options)[0] == 1
+    with pytest.raises(PermissionError):
+        load(first.uri, job_id=JOB)
+    ck.close()
 
 
 def test_any_fsspec_filesystem_works(tmp_path: Path) -> None:

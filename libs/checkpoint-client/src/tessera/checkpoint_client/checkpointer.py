@@ -101,6 +101,7 @@ class Checkpointer:
             raise ValueError("job_id must not be empty")
         self.job_id = job_id
         self.storage_url = storage_url
+        self.storage_options = dict(storage_options or {})
         self.interval_s = interval_s
         self.keep = keep
         self.chunk_bytes = chunk_bytes
@@ -340,7 +341,7 @@ class Checkpointer:
         return manifest.step
 
     def _locate(self, uri: str | None) -> tuple[Store, str, Manifest] | None:
-        return locate(uri, self._store, self._store_error, self.job_id)
+        return locate(uri, self._store, self._store_error, self.job_id, self.storage_options)
 
     def _staging_matching(self, live: Flat, manifest: Manifest) -> Staging | None:
         return staging_matching(self.pool, self.adapters, live, manifest)

@@ -14,11 +14,16 @@ from tessera.checkpoint_client.tree import Flat, LeafAdapter, LeafInfo, NumpyAda
 
 
 def locate(
-    uri: str | None, store: Store | None, store_error: str, job_id: str
+    uri: str | None,
+    store: Store | None,
+    store_error: str,
+    job_id: str,
+    storage_options: dict[str, Any] | None = None,
 ) -> tuple[Store, str, Manifest] | None:
-    """(store, directory, manifest) of the checkpoint at `uri`, else of the newest complete one of the job."""
+    """(store, directory, manifest) of the checkpoint at `uri` (opened with `storage_options`, those of
+    the storage: credentials, endpoint), else of the newest complete one of the job in `store`."""
     if uri:
-        at = open_store(uri)
+        at = open_store(uri, storage_options)
         return at, at.root, read_manifest(at, at.root, job_id)
     if store is None:
         raise CheckpointNotFound(store_error)

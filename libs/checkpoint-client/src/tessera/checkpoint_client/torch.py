@@ -253,12 +253,17 @@ def tensors_from(manifest: Manifest, arena: Bytes) -> dict[Any, Any]:
 
 
 def load(
-    uri: str, *, job_id: str | None = None, map_location: str | torch.device | None = None
+    uri: str,
+    *,
+    job_id: str | None = None,
+    map_location: str | torch.device | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> tuple[int, Any]:
-    """(step, state dict of tensors) of one checkpoint directory, verified; tensors on `map_location`."""
+    """(step, state dict of tensors) of one checkpoint directory, verified; tensors on `map_location`.
+    `storage_options` go to fsspec (credentials, endpoint), as for `Checkpointer`."""
     from tessera.checkpoint_client.durable import read_manifest
 
-    store = open_store(uri)
+    store = open_store(uri, storage_options)
     manifest = read_manifest(store, store.root, job_id)
     tree = tensors_from(manifest, read_checkpoint(store, store.root, manifest))
     if map_location is not None:

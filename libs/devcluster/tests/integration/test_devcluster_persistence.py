@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
 
 from tessera.cluster.builders import PodManifest
 from tessera.cluster.cluster_file import NodeSpec
+from tessera.devcluster import persistence
 from tessera.devcluster.runner import DevCluster
 from tessera.devcluster.sim.context import SIM_DURATION_ANNOTATION, SimSettings
 from tessera.devcluster.sim.nvml import DutyCycleTrace
@@ -132,6 +137,94 @@ def test_a_killed_devcluster_resumes_from_its_last_periodic_snapshot(
             wait_for(lambda: not second.ctx.devices, what="the deleted pod's GPUs released")
     finally:
         second.stop()
+
+
+def configmaps(core: client.CoreV1Api) -> list[str]:
+    return [c.metadata.name for c in core.list_namespaced_config_map("default").items]
+
+
+def test_a_watcher_resuming_after_a_crash_is_told_to_relist_and_misses_nothing(
+    state_file: Path, tmp_path: Path
+) -> None:
+    killed_copy = tmp_path / "at-kill.json"
+    first = start(state_file)
+    try:
+        with api_client(first) as api:
+            core = client.CoreV1Api(api)
+            core.create_namespaced_config_map("default", client.V1ConfigMap(metadata={"name": "kept"}))
+
+            def snapshot_has_kept() -> bool:
+                return state_file.exists() and '"kept"' in state_file.read_text()
+
+            wait_for(snapshot_has_kept, what="a periodic snapshot with the config map")
+            shutil.copy(state_file, killed_copy)  # what a SIGKILL would leave behind
+            core.create_namespaced_config_map("default", client.V1ConfigMap(metadata={"name": "ghost"}))
+            seen = core.list_namespaced_config_map("default").metadata.resource_version
+    finally:
+        first.stop()
+    shutil.copy(killed_copy, state_file)
+
+    second = start(state_file)
+    try:
+        with api_client(second) as api:
+            core = client.CoreV1Api(api)
+            for i in range(5):  # more writes than the crash lost
+                core.create_namespaced_config_map(
+                    "default", client.V1ConfigMap(metadata={"name": f"new-{i}"})
+                )
+            # the reflector resumes from what it had seen: the server cannot replay from there
+            with pytest.raises(ApiException) as caught:
+                list(
+                    watch.Watch().stream(
+                        core.list_namespaced_config_map, "default", resource_version=seen, timeout_seconds=1
+                    )
+                )
+            assert caught.value.status == 410
+            listed = core.list_namespaced_config_map("default")
+            assert [c.metadata.name for c in listed.items] == ["kept", *(f"new-{i}" for i in range(5))]
+            assert all(int(c.metadata.resource_version) > int(seen) for c in listed.items[1:])
+            # ... and watches on from its relist without another 410
+            stream = watch.Watch().stream(
+                core.list_namespaced_config_map,
+                "default",
+                resource_version=listed.metadata.resource_version,
+                timeout_seconds=2,
+            )
+            core.delete_namespaced_config_map("kept", "default")
+            event = next(stream)
+            assert (event["type"], event["object"].metadata.name) == ("DELETED", "kept")
+    finally:
+        second.stop()
+
+
+def test_a_clean_stop_acknowledges_no_write_its_final_snapshot_misses(state_file: Path) -> None:
+    cluster = start(state_file)
+    assert cluster.persister is not None
+    save, url, stopping, answers = cluster.persister.save, cluster.url, threading.Event(), []
+
+    def save_then_write() -> None:  # a client writing just after the final snapshot was taken
+        save()
+        if stopping.is_set():
+            body = json.dumps({"metadata": {"name": f"late-{len(answers)}"}}).encode()
+            request = urllib.request.Request(
+                f"{url}/api/v1/namespaces/default/configmaps",
+                data=body,
+                headers={"Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as answer:
+                    answers.append(answer.status)
+            except urllib.error.URLError:
+                answers.append(None)  # refused: the server no longer serves
+
+    cluster.persister.save = save_then_write  # type: ignore[method-assign]
+    stopping.set()
+    cluster.stop()
+
+    assert answers  # the final snapshot was taken
+    stored = {o["object"]["metadata"]["name"] for o in persistence.read(state_file)["objects"]}
+    acknowledged = {f"late-{i}" for i, status in enumerate(answers) if status == 201}
+    assert acknowledged <= stored
 
 
 def test_a_snapshot_of_another_format_is_refused_by_name(state_file: Path) -> None:

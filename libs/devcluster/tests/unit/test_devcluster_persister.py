@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tessera.devcluster import persistence
+from tessera.devcluster.apiserver.errors import ApiError
 from tessera.devcluster.apiserver.patching import MERGE_PATCH
-from tessera.devcluster.apiserver.resources import PODS
+from tessera.devcluster.apiserver.resources import PODS, ResourceRegistry
 from tessera.devcluster.apiserver.store import ObjectStore
 from tessera.devcluster.sim.context import SimContext, SimSettings
 
@@ -67,3 +70,58 @@ def test_the_encoder_writes_what_take_holds_after_objects_change_between_snapsho
     objects = {e["object"]["metadata"]["name"]: e["object"] for e in json.loads(second)["objects"]}
     assert objects["p3"]["metadata"]["labels"] == {"app": "changed"}
     assert "p7" not in objects and "late" in objects
+
+
+def restart(snapshot_path: Path) -> ObjectStore:
+    """A new store as a devcluster restarted on ``snapshot_path`` has it, before it serves."""
+    store = ObjectStore()
+    persistence.resume_revisions(snapshot_path, store)
+    if snapshot_path.exists():
+        ctx = SimContext(store, SimSettings(), {})
+        persistence.restore(
+            persistence.read(snapshot_path), store, ResourceRegistry(), ctx, lambda crd: None, snapshot_path
+        )
+    return store
+
+
+async def test_revisions_are_recorded_before_use_and_a_restart_after_a_crash_goes_on_past_them(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.json"
+    store = ObjectStore()
+    writer = persistence.Persister(path, store, SimContext(store, SimSettings(), {}), interval=1.0)
+    store.create(PODS, "default", pod("kept"))
+    writer.save()
+    lost = store.create(PODS, "default", pod("lost"))  # after the last snapshot: a SIGKILL loses it
+
+    reserved = persistence.read_reserved(path)
+    assert reserved is not None and reserved >= int(lost["metadata"]["resourceVersion"])
+    restarted = restart(path)
+    written = restarted.create(PODS, "default", pod("new"))
+
+    assert [p["metadata"]["name"] for p in restarted.list(PODS)[0]] == ["kept", "new"]
+    assert int(written["metadata"]["resourceVersion"]) > reserved
+    with pytest.raises(ApiError) as caught:
+        restarted.watch(PODS, resource_version=lost["metadata"]["resourceVersion"])
+    assert caught.value.code == 410
+
+
+def test_a_run_killed_before_its_first_snapshot_leaves_its_revisions_reserved(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    store = ObjectStore()
+    persistence.Persister(path, store, SimContext(store, SimSettings(), {}), interval=1.0)
+    seen = store.create(PODS, "default", pod("lost"))
+
+    restarted = restart(path)  # no snapshot was written
+    written = restarted.create(PODS, "default", pod("new"))
+
+    assert not path.exists()
+    assert int(written["metadata"]["resourceVersion"]) > int(seen["metadata"]["resourceVersion"])
+
+
+def test_a_record_of_reserved_revisions_that_cannot_be_read_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    persistence.reserved_path(path).write_text('{"reserved": "many"}')
+
+    with pytest.raises(persistence.SnapshotError, match=r"state.json.reserved: reserved: expected"):
+        persistence.read_reserved(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -184,3 +185,84 @@ def test_the_owner_index_follows_owner_references_through_writes_and_deletes() -
     )
 
     assert [(t.plural, o["metadata"]["name"]) for t, o in store.owned_keys("u-1")] == [("pods", "stray")]
+
+
+def configmap(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "data": {}}
+
+
+async def test_a_watch_from_a_resource_version_the_store_has_not_reached_is_410() -> None:
+    store = ObjectStore()
+    store.create(CONFIGMAPS, "ns", configmap("a"))
+
+    with pytest.raises(ApiError) as caught:
+        store.watch(CONFIGMAPS, "ns", resource_version=str(store.revision + 1))
+
+    assert caught.value.code == 410 and "Too large resource version" in caught.value.message
+
+
+async def test_a_store_restored_after_a_crash_never_reuses_a_resource_version_it_may_have_handed_out() -> (
+    None
+):
+    # A devcluster killed between two snapshots: the writes after the last one are lost, but a
+    # watcher saw them. The revisions were reserved (recorded ahead of use) before they were used.
+    reserved: list[int] = []
+    before = ObjectStore()
+    before.reserve_revisions(reserved.append, block=10)
+    before.create(CONFIGMAPS, "ns", configmap("a"))
+    revision, objects = before.contents()
+    snapshot = (revision, copy.deepcopy(objects))
+    before.create(CONFIGMAPS, "ns", configmap("ghost"))
+    before.create(CONFIGMAPS, "ns", configmap("ghost2"))
+    seen = str(before.revision)  # what a reflector had seen when the devcluster died
+
+    after = ObjectStore()
+    after.restore(*snapshot)
+    after.resume_after(reserved[-1])
+    written = [after.create(CONFIGMAPS, "ns", configmap(name)) for name in ("b", "c", "d")]
+
+    handed_out = {str(v) for v in range(1, reserved[-1] + 1)}
+    assert not handed_out & {o["metadata"]["resourceVersion"] for o in written}
+    for since in (seen, str(revision), "1"):  # the lost window, the snapshot's revision, older still
+        with pytest.raises(ApiError) as caught:
+            after.watch(CONFIGMAPS, "ns", resource_version=since)
+        assert caught.value.code == 410, since
+    # the reflector relists and watches on from the list's version
+    items, listed = after.list(CONFIGMAPS, "ns")
+    assert [o["metadata"]["name"] for o in items] == ["a", "b", "c", "d"]
+    watch = after.watch(CONFIGMAPS, "ns", resource_version=str(listed))
+    after.delete(CONFIGMAPS, "ns", "a")
+    event = await watch.next(0.1)
+    watch.close()
+    assert event is not None and (event["type"], event["object"]["metadata"]["name"]) == ("DELETED", "a")
+
+
+async def test_a_restored_store_may_be_watched_from_the_version_a_list_gives_before_any_write() -> None:
+    before = ObjectStore()
+    before.create(CONFIGMAPS, "ns", configmap("a"))
+    revision, objects = before.contents()
+
+    after = ObjectStore()
+    after.restore(revision, copy.deepcopy(objects))
+    after.resume_after(revision + 5)
+    _, listed = after.list(CONFIGMAPS, "ns")
+    watch = after.watch(CONFIGMAPS, "ns", resource_version=str(listed))  # no 410: no relist loop
+    after.create(CONFIGMAPS, "ns", configmap("b"))
+    event = await watch.next(0.1)
+    watch.close()
+
+    assert listed > revision + 5
+    assert event is not None and event["object"]["metadata"]["name"] == "b"
+
+
+def test_revisions_are_reserved_a_block_at_a_time_before_they_are_used() -> None:
+    store = ObjectStore()
+    reserved: list[tuple[int, int]] = []  # (the ceiling, the store's revision when it was reserved)
+    store.reserve_revisions(lambda ceiling: reserved.append((ceiling, store.revision)), block=10)
+
+    for i in range(25):
+        store.create(CONFIGMAPS, "ns", configmap(f"c{i}"))
+    store.delete(CONFIGMAPS, "ns", "c0")
+
+    assert reserved == [(10, 0), (20, 10), (30, 20)]
+    assert store.revision == 26

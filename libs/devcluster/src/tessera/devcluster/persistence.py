@@ -9,6 +9,12 @@ restores it when the file exists: CRDs are served again before their objects ret
 kubelet takes back the pods it had admitted (see `Kubelet.resume`). What is not kept: watch history
 (watchers relist after a 410), pending spot-interruption notices, and trainers' in-memory progress
 (a resumed trainer starts from its newest checkpoint, as after a pod restart).
+
+A SIGKILL loses the writes after the last snapshot, but watchers and writers may have seen their
+resourceVersions. So the store reserves its revisions a block at a time, and the newest reserved
+is written (atomically, before any of the block is used) to a small file beside the snapshot
+(``state.json.reserved``); a restart goes on past it, and a watch from an earlier resourceVersion
+gets 410 Gone and relists (see `ObjectStore.resume_after`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -124,6 +131,35 @@ def read(path: Path) -> dict[str, Any]:
     return raw
 
 
+def reserved_path(path: Path) -> Path:
+    """Where the newest revision the store reserved is kept, beside the snapshot at ``path``."""
+    return path.with_name(f"{path.name}.reserved")
+
+
+def read_reserved(path: Path) -> int | None:
+    """The newest revision reserved by the devcluster whose snapshot is ``path``; None if none was."""
+    source = reserved_path(path)
+    try:
+        raw = json.loads(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(f"{source}: not JSON ({exc})") from exc
+    reserved = raw.get("reserved") if isinstance(raw, dict) else None
+    if not isinstance(reserved, int) or isinstance(reserved, bool) or reserved < 0:
+        raise SnapshotError(f"{source}: reserved: expected a non-negative integer, got {reserved!r}")
+    return reserved
+
+
+def resume_revisions(path: Path, store: ObjectStore) -> None:
+    """Make ``store`` go on past every revision a run before may have handed out (even one that died
+    before its first snapshot): call it on a new store before anything is written, and after a
+    restore (which `restore` does)."""
+    reserved = read_reserved(path)
+    if reserved is not None:
+        store.resume_after(reserved)
+
+
 def restore(
     snapshot: dict[str, Any],
     store: ObjectStore,
@@ -153,6 +189,7 @@ def restore(
     if not isinstance(revision, int) or revision < 0:
         raise SnapshotError(f"{source}: revision: expected a non-negative integer, got {revision!r}")
     store.restore(revision, objects)
+    resume_revisions(source, store)
     with ctx.lock:
         for name, state in (snapshot.get("nodes") or {}).items():
             node = ctx.nodes.get(name)
@@ -196,8 +233,21 @@ class Persister:
         self._interval = interval
         self._written: tuple[int, int] | None = None
         self._encoder = SnapshotEncoder()
+        self._saving = threading.Lock()  # the periodic save may still run when the final one starts
         self.last_cost_s = 0.0
         """CPU seconds the last snapshot took to take, encode and write."""
+        store.reserve_revisions(self._reserve)
+
+    def _reserve(self, reserved: int) -> None:
+        """Record ``reserved`` before the store uses the revisions up to it (called under its lock)."""
+        try:
+            write(reserved_path(self.path), _dumps({"reserved": reserved}))
+        except OSError as exc:  # as for a snapshot, a full disk must not stop the cluster
+            log.warning(
+                "cannot record the reserved resourceVersions in %s: %s; a crash may reuse them",
+                reserved_path(self.path),
+                exc,
+            )
 
     @property
     def pause_s(self) -> float:
@@ -211,11 +261,12 @@ class Persister:
 
     def save(self) -> None:
         """Write a snapshot now (on the caller's thread)."""
-        started = time.thread_time()
-        fingerprint = self._fingerprint()
-        write(self.path, self._encoder.encode(self._store, self._ctx))
-        self._written = fingerprint
-        self.last_cost_s = time.thread_time() - started
+        with self._saving:
+            started = time.thread_time()
+            fingerprint = self._fingerprint()
+            write(self.path, self._encoder.encode(self._store, self._ctx))
+            self._written = fingerprint
+            self.last_cost_s = time.thread_time() - started
 
     async def run(self) -> None:
         while True:

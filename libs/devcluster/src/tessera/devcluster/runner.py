@@ -27,6 +27,7 @@ from tessera.cluster.cluster_file import NodeSpec, load_cluster
 from tessera.devcluster import persistence
 from tessera.devcluster.apiserver import NODES, ApiServer
 from tessera.devcluster.apiserver.resources import DEFAULT_RESOURCES, ResourceRegistry
+from tessera.devcluster.apiserver.store import ObjectStore
 from tessera.devcluster.controllers import WorkloadControllers
 from tessera.devcluster.sim.context import SimContext, SimSettings
 from tessera.devcluster.sim.hpa import HORIZONTAL_POD_AUTOSCALERS
@@ -64,7 +65,11 @@ class DevCluster:
         self.settings = settings or SimSettings()
         # autoscaling/v2 HPAs are served too (sim/hpa.py simulates their controller)
         registry = ResourceRegistry((*DEFAULT_RESOURCES, HORIZONTAL_POD_AUTOSCALERS))
-        self.apiserver = ApiServer(host=host, port=port, history=history, registry=registry)
+        store = ObjectStore(history=history)
+        if state_file is not None:
+            # before the first write: a run before may have handed out revisions it left in no snapshot
+            persistence.resume_revisions(state_file, store)
+        self.apiserver = ApiServer(store=store, host=host, port=port, registry=registry)
         sim_nodes = {spec.name: SimNode.from_spec(spec, i) for i, spec in enumerate(nodes)}
         self.ctx = SimContext(self.apiserver.store, self.settings, sim_nodes, trainer or TrainerSettings())
         self.kubelet = Kubelet(self.ctx)
@@ -146,9 +151,11 @@ class DevCluster:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        # The API server stops serving before the final snapshot: a write it acknowledged while the
+        # snapshot was being taken would be lost.
+        await self.apiserver.__aexit__(exc_type, exc, tb)
         if self.persister is not None:
             await self.persister.final()
-        await self.apiserver.__aexit__(exc_type, exc, tb)
 
     def start(self, timeout: float = 30.0) -> str:
         """Run the devcluster on a background thread with its own event loop; returns the API URL."""

@@ -2,8 +2,15 @@
 
 One global, monotonically increasing resourceVersion orders every write, as etcd's revision does.
 A bounded history of events lets watchers resume from a resourceVersion; a watcher asking for one
-older than the history gets 410 Gone and must relist. Every method is thread-safe, so the simulation
-and tests may call it from any thread while the HTTP server runs on its event loop.
+older than the history, or newer than the store's revision, gets 410 Gone and must relist. Every
+method is thread-safe, so the simulation and tests may call it from any thread while the HTTP server
+runs on its event loop.
+
+A store that is persisted (see tessera.devcluster.persistence) reserves its revisions a block at a
+time, recording the block's ceiling before it uses any of it. Restarted after a crash, it restores
+the last snapshot and goes on past that ceiling (`resume_after`): no resourceVersion a watcher or a
+writer may have seen before the crash is ever given to something else, and a watch from one of them
+gets 410 Gone, since the events after the snapshot are lost.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from tessera.devcluster.apiserver.selectors import Selector
 from tessera.devcluster.apiserver.watching import StoredEvent, Watch
 
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+REVISION_BLOCK = 10_000
+"""How many revisions a persisted store reserves at a time (one small synchronous write each)."""
 
 
 class ObjectStore:
@@ -41,6 +50,9 @@ class ObjectStore:
         self._compacted = 0  # the newest revision no longer in the history
         self._watches: set[Watch] = set()
         self._random = random.Random()
+        self._reserve: Callable[[int], None] | None = None
+        self._reserved = 0  # the newest revision reserved; the next write past it reserves a block
+        self._block = REVISION_BLOCK
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -301,7 +313,26 @@ class ObjectStore:
                 key = self._key(resource, meta.get("namespace"), meta["name"])
                 self._objects[key] = obj
                 self._indexes.stored(key, None, obj)
-            self._revision = self._compacted = revision
+            self._revision = self._compacted = self._reserved = revision
+
+    def resume_after(self, reserved: int) -> None:
+        """Go on past ``reserved``, the newest revision a run before a crash may have handed out (its
+        writes after its last snapshot are lost): the store's state takes the revision after it, one
+        no one has seen, and a watch from any earlier resourceVersion gets 410 Gone and relists."""
+        with self._lock:
+            if self._watches:
+                raise RuntimeError("resume_after: the store is being watched; call it before serving")
+            if reserved >= self._revision:
+                self._revision = self._compacted = self._reserved = reserved + 1
+                self._history.clear()
+
+    def reserve_revisions(self, reserve: Callable[[int], None], block: int = REVISION_BLOCK) -> None:
+        """Before a write takes a revision past those reserved, call ``reserve`` with the newest of the
+        next ``block``; it must record it durably before it returns (the revisions are used after)."""
+        if block < 1:
+            raise ValueError(f"block must be at least 1, got {block}")
+        with self._lock:
+            self._reserve, self._block, self._reserved = reserve, block, self._revision
 
     # ---- watches -----------------------------------------------------------------------------
 
@@ -332,6 +363,8 @@ class ObjectStore:
                 since = _parse_revision(resource_version)
                 if since < self._compacted:
                     raise errors.gone(f"too old resource version: {since} ({self._compacted + 1})")
+                if since > self._revision:  # seen before a crash, or given by another server
+                    raise errors.gone(f"Too large resource version: {since}, current: {self._revision}")
                 for event in self._history:
                     if event.resource_version > since and event.resource == resource:
                         seen = event.seen_through(namespace, selector)
@@ -423,8 +456,16 @@ class ObjectStore:
             return old  # a no-op write does not bump the resourceVersion, as in Kubernetes
         return self._commit(key, new, "MODIFIED", old)
 
+    def _next_revision(self) -> int:
+        revision = self._revision + 1
+        if self._reserve is not None and revision > self._reserved:
+            self._reserve(revision + self._block - 1)
+            self._reserved = revision + self._block - 1
+        self._revision = revision
+        return revision
+
     def _commit(self, key: Key, obj: dict[str, Any], kind: str, old: dict[str, Any] | None) -> dict[str, Any]:
-        self._revision += 1
+        self._next_revision()
         obj["metadata"]["resourceVersion"] = str(self._revision)
         self._objects[key] = obj
         self._indexes.stored(key, old, obj)
@@ -432,7 +473,7 @@ class ObjectStore:
         return obj
 
     def _remove(self, key: Key, old: dict[str, Any]) -> dict[str, Any]:
-        self._revision += 1
+        self._next_revision()
         last = copy.deepcopy(old)
         last["metadata"]["resourceVersion"] = str(self._revision)
         del self._objects[key]

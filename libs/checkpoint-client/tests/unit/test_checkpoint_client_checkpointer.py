@@ -7,6 +7,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -125,6 +126,36 @@ def test_a_request_is_served_at_the_next_step(tmp_path: Path) -> None:
     assert result is not None and result.trigger == "requested"
     assert [r.request_id for r in result.requests] == ["r-1"]
     ck.close()
+
+
+SIGNAL_WHILE_LOCKED = """
+import os, signal, sys, tempfile
+import numpy as np
+from tessera.checkpoint_client import Checkpointer
+ck = Checkpointer("job-3", tempfile.mkdtemp(), interval_s=None)
+signal.signal(signal.SIGUSR1, lambda *a: ck.request("preemption", request_id="sig-1"))
+for held in (ck._lock, ck._requested._cond):  # what the training loop's own calls hold for a moment
+    with held:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        for _ in range(100):  # the handler runs here, inside the critical section
+            pass
+assert ck.step(1, {"w": np.ones(4)})
+result = ck.wait()
+assert result is not None and result.ok and [r.request_id for r in result.requests] == ["sig-1"], result
+ck.close()
+print("served")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "kill") or os.name != "posix", reason="POSIX signals")
+def test_request_from_a_signal_handler_does_not_deadlock_on_a_lock_the_loop_holds() -> None:
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", SIGNAL_WHILE_LOCKED], capture_output=True, text=True, timeout=30
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("request() from a signal handler deadlocked on a lock the interrupted code held")
+    assert done.returncode == 0 and "served" in done.stdout, done.stderr
 
 
 @contextlib.contextmanager

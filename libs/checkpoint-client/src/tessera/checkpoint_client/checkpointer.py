@@ -121,6 +121,9 @@ class Checkpointer:
         self._lock = threading.Lock()
         self._requested = threading.Event()
         self._requests: list[SaveRequest] = []
+        # What `request()` adds: appending to a deque takes no lock, so a signal handler that interrupts a
+        # thread holding `_lock` (or `_requested`'s own lock) cannot deadlock; `step` and `save` take them in.
+        self._inbox: deque[SaveRequest] = deque()
         self._answered: dict[str, CheckpointResult] = {}
         self._next_due = time.monotonic() + interval_s if interval_s else math.inf
         self._last_result: CheckpointResult | None = None
@@ -146,6 +149,8 @@ class Checkpointer:
 
     def step(self, step: int, state: State) -> bool:
         """At a safe point: snapshot when a checkpoint is due. True when a snapshot was taken."""
+        if self._inbox:
+            self._take_inbox()
         if not self._requested.is_set() and time.monotonic() < self._next_due:
             return False
         if self.pool.free_count() == 0:
@@ -161,8 +166,9 @@ class Checkpointer:
     def request(
         self, reason: str = "manual", request_id: str | None = None, deadline: datetime | None = None
     ) -> None:
-        """Ask for a checkpoint at the next `step`; safe from any thread and from a signal handler."""
-        self._add_request(SaveRequest(reason, request_id, deadline))
+        """Ask for a checkpoint at the next `step`; safe from any thread and from a signal handler: it takes
+        no lock, only appends to a deque that the next `step` or `save` reads."""
+        self._inbox.append(SaveRequest(reason, request_id, deadline))
 
     def prepare(self, state: State) -> None:
         """Allocate and touch the staging now rather than on the first checkpoint."""
@@ -233,6 +239,7 @@ class Checkpointer:
         ]
         objects = [(leaf.name, leaf.path, leaf.obj) for leaf in flat.objects]
         stall = time.perf_counter() - started
+        self._take_inbox()
         with self._lock:
             requests = tuple(self._requests)
             self._requests.clear()
@@ -300,6 +307,14 @@ class Checkpointer:
 
     def _on_command(self, command: SaveCheckpoint) -> None:
         self._add_request(SaveRequest(command.reason, command.request_id, command.deadline))
+
+    def _take_inbox(self) -> None:
+        while True:
+            try:
+                request = self._inbox.popleft()
+            except IndexError:
+                return
+            self._add_request(request)
 
     def _add_request(self, request: SaveRequest) -> None:
         with self._lock:

@@ -233,6 +233,52 @@ def test_delete_of_a_missing_object_is_404(core: client.CoreV1Api) -> None:
     assert caught.value.status == 404
 
 
+@pytest.mark.parametrize("policy", ["Foreground", "Orphan", "Background"])
+@pytest.mark.parametrize("precondition", ["uid", "resource_version"])
+def test_a_delete_refused_by_its_precondition_changes_neither_the_owner_nor_its_dependents(
+    api_client: client.ApiClient, policy: str, precondition: str
+) -> None:
+    core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+    job = batch.create_namespaced_job(
+        "default",
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "j"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c"}]}}},
+        },
+    )
+    reference = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": "j",
+        "uid": job.metadata.uid,
+        "controller": True,
+    }
+    for name in ("p1", "p2"):
+        core.create_namespaced_pod(
+            "default", {**pod(name), "metadata": {"name": name, "ownerReferences": [reference]}}
+        )
+    before = core.list_namespaced_pod("default")
+
+    stale = client.V1Preconditions(**{precondition: "999"})
+    with pytest.raises(ApiException) as caught:
+        batch.delete_namespaced_job(
+            "j", "default", body=client.V1DeleteOptions(propagation_policy=policy, preconditions=stale)
+        )
+
+    assert caught.value.status == 409
+    after = core.list_namespaced_pod("default")
+    assert (
+        batch.read_namespaced_job("j", "default").metadata.resource_version == job.metadata.resource_version
+    )
+    assert [(p.metadata.name, p.metadata.resource_version) for p in after.items] == [
+        (p.metadata.name, p.metadata.resource_version) for p in before.items
+    ]
+    assert after.metadata.resource_version == before.metadata.resource_version  # nothing was written
+    assert all(p.metadata.owner_references[0].uid == job.metadata.uid for p in after.items)
+
+
 def test_finalizers_hold_deletion_until_removed(core: client.CoreV1Api) -> None:
     body = pod("held")
     body["metadata"]["finalizers"] = ["tessera.io/checkpoint"]

@@ -198,14 +198,16 @@ class ResourceRouter:
         assert route.name is not None
         preconditions = (body or {}).get("preconditions") if isinstance(body, dict) else None
         policy = ownership.propagation_policy(resource, body, request.query.get("propagationPolicy"))
-        found = self.store.get(resource, route.namespace, route.name)
-        uid = found["metadata"]["uid"]
-        if policy == "Orphan":
-            ownership.orphan_dependents(self.store, uid)
-        elif policy == "Foreground":
-            ownership.delete_dependents(self.store, uid)
-        # Background: the garbage collector deletes the dependents once the owner is gone.
-        return _json(self.store.delete(resource, route.namespace, route.name, preconditions))
+
+        def propagate(owner: dict[str, Any]) -> None:  # once the preconditions hold
+            uid = owner["metadata"]["uid"]
+            if policy == "Orphan":
+                ownership.orphan_dependents(self.store, uid)
+            elif policy == "Foreground":
+                ownership.delete_dependents(self.store, uid)
+            # Background: the garbage collector deletes the dependents once the owner is gone.
+
+        return _json(self.store.delete(resource, route.namespace, route.name, preconditions, propagate))
 
     def _selector(self, request: aiohttp.web.BaseRequest) -> Selector:
         return Selector.parse(request.query.get("labelSelector"), request.query.get("fieldSelector"))

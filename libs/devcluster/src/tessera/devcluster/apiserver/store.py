@@ -222,7 +222,12 @@ class ObjectStore:
         namespace: str | None,
         name: str,
         preconditions: dict[str, Any] | None = None,
+        before: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
+        """Delete the object, or mark it deleted while finalizers hold it. Its ``uid`` and
+        ``resourceVersion`` preconditions, when given, must hold (409 Conflict, nothing written);
+        then ``before`` is called with it, under the store's lock, ahead of the delete itself (a
+        propagation policy's work on the dependents)."""
         with self._lock:
             old = self._require(resource, namespace, name)
             preconditions = preconditions or {}
@@ -237,6 +242,10 @@ class ObjectStore:
                         f"{field} in object meta: {meta.get(field)}",
                         resource.group,
                     )
+            if before is not None:
+                before(old)
+                old = self._require(resource, namespace, name)
+                meta = old["metadata"]
             key = self._key(resource, namespace, name)
             if meta.get("finalizers"):
                 if meta.get("deletionTimestamp"):

@@ -182,6 +182,11 @@ def service_schema(service: str) -> dict[str, Any]:
                 }
             ),
         }
+    if service == "slicing":  # its ConfigMaps and Events: Roles in the namespace of each (its settings)
+        properties["rbac"]["properties"] |= {
+            "operatorNamespaceRules": _rules(),
+            "eventsNamespaceRules": _rules(),
+        }
     if service == "scheduler":
         properties["jobNamespace"] = _string("where the pods and PodGroups of admitted jobs are made")
     if service == "forecaster":

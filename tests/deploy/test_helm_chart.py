@@ -11,6 +11,7 @@ import ast
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from tessera.cluster.rbac import (
     PORT_CALLS,
     SERVICE_CALLS,
     ApiCall,
+    Scope,
 )
 from tests.deploy.chart import NAMESPACE, SERVICES, VALUE_SETS, VALUES, Rendered, merged, notes, render
 from tests.deploy.chart_schema import CHART, SCHEMA, SETTINGS, rendered
@@ -131,6 +133,39 @@ def test_grafana_dashboards_are_optional_configmaps_identical_to_the_repository_
 # -- RBAC: exactly the table in libs/cluster --------------------------------------------------------------
 
 
+# Slicing writes its ConfigMaps only in the GPU operator's namespace and its Events only in the events
+# namespace (services/slicing/src/tessera/slicing/adapters/kube.py), so the chart grants them by Roles
+# there, where the table in libs/cluster scopes them cluster-wide: a ClusterRole that updates
+# ConfigMaps could rewrite any (kube-system's aws-auth included). The namespace of each, from settings.
+SLICING_NAMESPACED = {
+    "configmaps": ("operator_namespace", "gpu-operator"),
+    "events": ("events_namespace", "default"),
+}
+
+
+def expected_calls(service: str) -> set[ApiCall]:
+    """What the service's ServiceAccount must be granted: the table, slicing's ConfigMaps and Events
+    in their namespaces."""
+    calls = set(SERVICE_CALLS[service])
+    if service == "slicing":
+        calls = {replace(c, scope="namespace") if c.resource in SLICING_NAMESPACED else c for c in calls}
+    return calls
+
+
+def role_namespace(chart: Rendered, service: str, resource: str) -> str:
+    """Where a service's `namespace`-scoped calls on a resource are granted."""
+    if service == "slicing":
+        setting, default = SLICING_NAMESPACED[resource]
+        return str(chart.values["slicing"]["settings"].get(setting) or default)
+    return str(chart.values[service]["jobNamespace"])
+
+
+def lease_namespace(chart: Rendered, service: str) -> str:
+    """Where a service keeps its leader's Lease: settings.leader_election.namespace, else the release's."""
+    election = chart.values[service].get("settings", {}).get("leader_election") or {}
+    return str(election.get("namespace") or NAMESPACE)
+
+
 def granted(chart: Rendered, service: str) -> set[ApiCall]:
     """Every call the roles bound to the service's ServiceAccount allow, with the scope of each."""
     found: set[ApiCall] = set()
@@ -146,26 +181,99 @@ def granted(chart: Rendered, service: str) -> set[ApiCall]:
             if r["metadata"]["name"] == binding["roleRef"]["name"]
             and r["metadata"].get("namespace") == namespace
         )
-        if kind == "ClusterRole":
-            scope = "cluster"
-        elif role["metadata"]["name"].endswith("-release"):
-            scope = "release"  # the service's own namespace (the Lease of its leader election)
-            assert namespace == NAMESPACE, "a release Role outside the release's namespace"
-        else:
-            scope = "namespace"
-            assert namespace == chart.values[service]["jobNamespace"], "a Role outside the job namespace"
         for rule in role["rules"]:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
+                    scope: Scope
+                    if kind == "ClusterRole":
+                        scope = "cluster"
+                    elif role["metadata"]["name"].endswith("-release"):
+                        scope = "release"  # the Lease of its leader election
+                        assert namespace == lease_namespace(chart, service), "a Lease Role elsewhere"
+                    else:
+                        scope = "namespace"
+                        assert namespace == role_namespace(chart, service, resource), (service, resource)
                     found |= {ApiCall(group, resource, verb, scope) for verb in rule["verbs"]}
     return found
 
 
 def test_rbac_of_each_service_is_exactly_the_table(chart: Rendered) -> None:
     for service in chart.enabled():
-        assert granted(chart, service) == set(SERVICE_CALLS[service]), service
+        assert granted(chart, service) == expected_calls(service), service
         account = chart.get("ServiceAccount", f"tessera-{service}")
         assert account["automountServiceAccountToken"] is bool(SERVICE_CALLS[service]), service
+
+
+def test_no_cluster_role_writes_config_maps(chart: Rendered) -> None:
+    for role in chart.of_kind("ClusterRole"):
+        for rule in role["rules"]:
+            if "" in rule["apiGroups"] and "configmaps" in rule["resources"]:
+                assert not {"create", "update", "patch", "delete"} & set(rule["verbs"]), role["metadata"]
+
+
+def _roles_of(chart: Rendered, service: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(namespace, name) -> rules of each Role bound to the service's ServiceAccount."""
+    bound = {
+        (b["metadata"]["namespace"], b["roleRef"]["name"])
+        for b in chart.of_kind("RoleBinding")
+        if {"kind": "ServiceAccount", "name": f"tessera-{service}", "namespace": NAMESPACE} in b["subjects"]
+    }
+    return {
+        (r["metadata"]["namespace"], r["metadata"]["name"]): r["rules"]
+        for r in chart.of_kind("Role")
+        if (r["metadata"]["namespace"], r["metadata"]["name"]) in bound
+    }
+
+
+CONFIG_MAPS = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "update"]}
+EVENTS = {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+LEASES = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]}
+
+
+@pytest.mark.parametrize(
+    ("settings", "roles"),
+    [
+        (
+            {},
+            {
+                ("gpu-operator", "tessera-slicing"): [CONFIG_MAPS],
+                ("default", "tessera-slicing"): [EVENTS],
+                (NAMESPACE, "tessera-slicing-release"): [LEASES],
+            },
+        ),
+        (
+            {
+                "operator_namespace": "nvidia",
+                "events_namespace": "nvidia",
+                "leader_election": {"namespace": "ha"},
+            },
+            {
+                ("nvidia", "tessera-slicing"): [CONFIG_MAPS, EVENTS],
+                ("ha", "tessera-slicing-release"): [LEASES],
+            },
+        ),
+    ],
+)
+def test_slicing_writes_config_maps_and_events_only_in_their_namespaces(
+    settings: dict[str, Any], roles: dict[tuple[str, str], list[dict[str, Any]]]
+) -> None:
+    chart = render(merged(VALUE_SETS["default"], {"slicing": {"settings": settings}}))
+    assert _roles_of(chart, "slicing") == roles
+
+
+def test_the_chart_s_slicing_namespaces_are_the_settings_defaults() -> None:
+    fields = SETTINGS["slicing"].model_fields
+    for setting, default in SLICING_NAMESPACED.values():
+        assert fields[setting].default == default, setting
+
+
+@pytest.mark.parametrize("service", ["scheduler", "slicing", "forecaster"])
+def test_the_lease_role_is_where_the_lease_is_kept(service: str) -> None:
+    values = {service: {"settings": {"leader_election": {"namespace": "elections"}}}}
+    chart = render(merged(VALUE_SETS["default"], values))
+    leases = {key: rules for key, rules in _roles_of(chart, service).items() if key[1].endswith("-release")}
+    assert leases == {("elections", f"tessera-{service}-release"): [LEASES]}
+    assert granted(chart, service) == expected_calls(service)
 
 
 def test_no_role_grants_a_wildcard(chart: Rendered) -> None:

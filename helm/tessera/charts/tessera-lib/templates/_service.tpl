@@ -6,8 +6,11 @@ PodDisruptionBudget. A service chart's only template calls it:
 
 with, optionally, "env" / "volumes" / "volumeMounts" / "ports" (container ports after http) /
 "servicePorts" (Service ports after http) (lists), "podAnnotations" (a map added to the values'),
-"pod" (fields added to the pod spec) and "roleNamespace" (where the Role of rbac.namespaceRules goes; the release namespace by default).
-rbac.releaseRules always go in a Role "<name>-release" in the release namespace (a leader's Lease).
+"pod" (fields added to the pod spec), "roleNamespace" (where the Role of rbac.namespaceRules goes; the
+release namespace by default) and "roles" (a list of (dict "namespace" NS "rules" RULES): more rules
+granted in one namespace only; rules for the same namespace share its Role "<name>").
+rbac.releaseRules go in a Role "<name>-release" where the service keeps its leader's Lease:
+settings.leader_election.namespace when set, else the release namespace.
 */}}
 {{- define "tessera-lib.service" -}}
 {{- $ := .ctx -}}
@@ -31,44 +34,24 @@ metadata:
 automountServiceAccountToken: {{ $kubeApi }}
 {{- end }}
 {{- if and $kubeApi $v.rbac.create }}
-{{- $scopes := dict "cluster" $v.rbac.clusterRules "namespace" $v.rbac.namespaceRules "release" $v.rbac.releaseRules }}
-{{- range $scope := list "cluster" "namespace" "release" }}
-{{- $rules := get $scopes $scope }}
-{{- if $rules }}
-{{- $role := ternary "ClusterRole" "Role" (eq $scope "cluster") }}
-{{- $roleName := ternary (printf "%s-release" $name) $name (eq $scope "release") }}
-{{- $namespace := ternary $.Release.Namespace $roleNamespace (eq $scope "release") }}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: {{ $role }}
-metadata:
-  name: {{ $roleName }}
-  {{- if ne $scope "cluster" }}
-  namespace: {{ $namespace }}
-  {{- end }}
-  labels:
-    {{- include "tessera-lib.labels" $ | nindent 4 }}
-rules:
-  {{- toYaml $rules | nindent 2 }}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: {{ $role }}Binding
-metadata:
-  name: {{ $roleName }}
-  {{- if ne $scope "cluster" }}
-  namespace: {{ $namespace }}
-  {{- end }}
-  labels:
-    {{- include "tessera-lib.labels" $ | nindent 4 }}
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: {{ $role }}
-  name: {{ $roleName }}
-subjects:
-  - kind: ServiceAccount
-    name: {{ $sa }}
-    namespace: {{ $.Release.Namespace }}
+{{- $roleArgs := dict "ctx" $ "sa" $sa }}
+{{- if $v.rbac.clusterRules }}
+{{- include "tessera-lib.role" (merge (dict "kind" "ClusterRole" "name" $name "rules" $v.rbac.clusterRules) $roleArgs) }}
 {{- end }}
+{{- /* Roles by namespace: rbac.namespaceRules in roleNamespace, then each of .roles; one Role per namespace */}}
+{{- $namespaced := dict }}
+{{- range prepend (.roles | default list) (dict "namespace" $roleNamespace "rules" $v.rbac.namespaceRules) }}
+{{- if .rules }}
+{{- $_ := set $namespaced .namespace (concat (get $namespaced .namespace | default list) .rules) }}
+{{- end }}
+{{- end }}
+{{- range $namespace := keys $namespaced | sortAlpha }}
+{{- include "tessera-lib.role" (merge (dict "kind" "Role" "name" $name "namespace" $namespace "rules" (get $namespaced $namespace)) $roleArgs) }}
+{{- end }}
+{{- if $v.rbac.releaseRules }}
+{{- $election := (($v.settings | default dict).leader_election | default dict) }}
+{{- $leaseNamespace := $election.namespace | default $.Release.Namespace }}
+{{- include "tessera-lib.role" (merge (dict "kind" "Role" "name" (printf "%s-release" $name) "namespace" $leaseNamespace "rules" $v.rbac.releaseRules) $roleArgs) }}
 {{- end }}
 {{- end }}
 ---
@@ -239,4 +222,40 @@ spec:
     matchLabels:
       {{- include "tessera-lib.selectorLabels" $ | nindent 6 }}
 {{- end }}
+{{- end -}}
+
+
+{{/* One ClusterRole or Role and its binding to the service's ServiceAccount:
+(dict "ctx" $ "sa" SA "kind" "ClusterRole"|"Role" "name" NAME "namespace" NS "rules" RULES) */}}
+{{- define "tessera-lib.role" }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: {{ .kind }}
+metadata:
+  name: {{ .name }}
+  {{- if eq .kind "Role" }}
+  namespace: {{ .namespace }}
+  {{- end }}
+  labels:
+    {{- include "tessera-lib.labels" .ctx | nindent 4 }}
+rules:
+  {{- toYaml .rules | nindent 2 }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: {{ .kind }}Binding
+metadata:
+  name: {{ .name }}
+  {{- if eq .kind "Role" }}
+  namespace: {{ .namespace }}
+  {{- end }}
+  labels:
+    {{- include "tessera-lib.labels" .ctx | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: {{ .kind }}
+  name: {{ .name }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ .sa }}
+    namespace: {{ .ctx.Release.Namespace }}
 {{- end -}}

@@ -204,11 +204,12 @@ async def create_job(
 
 
 async def _visible_job(request: Request, caller: Caller, job_id: str) -> Job:
+    """The job, when the caller may see it. Another tenant's job is answered as an unknown id (404),
+    so a tenant's token cannot learn which ids exist or whose they are."""
     async with deps_of(request).uow() as uow:
         job = await uow.jobs.get(job_id)
-    if job is None:
+    if job is None or not (caller.admin or caller.tenant == job.tenant):
         raise ApiError(404, "not_found", f"no job with id {job_id}", "job_id")
-    caller.require_tenant(job.tenant, "see or change the jobs", None)
     return job
 
 

@@ -1,11 +1,16 @@
 """What `GET /v1/queues/{name}/status` reports, computed from the same rebuilt view a cycle
-decides on (read-only, without the cycle's lock)."""
+decides on (read-only, without the cycle's lock).
+
+Several tenants may share one queue. For a tenant's token the job ids listed (`pending_jobs`,
+`admitted_jobs`) are that tenant's alone; the counts (`pending`, `admitted`) and the quota usage stay
+the whole queue's, since they are what the tenant waits behind and name no other tenant's job. The
+admin sees every job."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tessera.admission.domain.model import HOLDS_QUOTA, JobState
 from tessera.admission.service_layer.cycle_state import load_cycle_state
@@ -33,10 +38,14 @@ class QueueStatus(BaseModel):
     cohort: str | None
     open_mode: bool
     resources: list[ResourceStatus]
-    pending: int
-    admitted: int
-    pending_jobs: list[PendingJob]
-    admitted_jobs: list[str]
+    pending: int = Field(description="queued jobs of the whole queue, of every tenant that uses it")
+    admitted: int = Field(description="jobs of the whole queue that hold quota, of every tenant")
+    pending_jobs: list[PendingJob] = Field(
+        description="queued jobs, oldest first; for a tenant's token only that tenant's own"
+    )
+    admitted_jobs: list[str] = Field(
+        description="ids of jobs holding quota; for a tenant's token only its own"
+    )
 
 
 _RESOURCE_ORDER = {"gpu": 0, "gpu-milli": 1, "cpu": 3, "memory": 4}
@@ -47,7 +56,11 @@ def _order(flavors: tuple[str, ...], fr: tuple[str, str]) -> tuple[int, int, str
     return flavors.index(fr[0]), _RESOURCE_ORDER.get(fr[1], 2), fr[1]
 
 
-async def queue_status(uow: AdmissionUnitOfWork, name: str, show: int = 50) -> QueueStatus | None:
+async def queue_status(
+    uow: AdmissionUnitOfWork, name: str, show: int = 50, *, tenant: str | None = None
+) -> QueueStatus | None:
+    """The queue's status; with `tenant` (a tenant's token) the job lists name only that tenant's
+    jobs, the counts stay the queue's."""
     state = await load_cycle_state(uow, datetime.now(UTC))
     spec = state.config.queues.get(name)
     if spec is None:
@@ -80,6 +93,8 @@ async def queue_status(uow: AdmissionUnitOfWork, name: str, show: int = 50) -> Q
     mine = [j for j in state.jobs.values() if j.queue == name]
     pending = [j for j in mine if j.state is JobState.QUEUED]
     admitted = [j for j in mine if j.state in HOLDS_QUOTA]
+    listed_pending = [j for j in pending if tenant is None or j.tenant == tenant]
+    listed_admitted = [j for j in admitted if tenant is None or j.tenant == tenant]
     return QueueStatus(
         name=name,
         cohort=spec.cohort,
@@ -93,7 +108,7 @@ async def queue_status(uow: AdmissionUnitOfWork, name: str, show: int = 50) -> Q
                 reason=j.waiting[0] if j.waiting else None,
                 message=j.waiting[1] if j.waiting else None,
             )
-            for j in pending[:show]
+            for j in listed_pending[:show]
         ],
-        admitted_jobs=[j.id for j in admitted[:show]],
+        admitted_jobs=[j.id for j in listed_admitted[:show]],
     )

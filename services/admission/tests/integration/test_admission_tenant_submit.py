@@ -76,3 +76,25 @@ async def test_a_tenants_subject_takes_its_jobs_and_refuses_another_tenants(
         assert await api.scalar("SELECT state FROM admission.jobs WHERE id = 'other-1'") == "rejected"
         info = await js.consumer_info("TESSERA_ADMISSION", "admission-tenant-submit")
         assert info.num_ack_pending == 0 and info.num_redelivered == 0
+
+
+async def test_a_job_id_another_tenant_holds_is_refused_and_that_job_left_alone(
+    admission_db: tuple[str, str], publisher: NATS
+) -> None:
+    js = publisher.jetstream()
+    async for api in start_api(*admission_db, auth="disabled"):
+        await submit(js, subjects.tenant_submit_job("team-a"), "nightly", "team-a")
+        first = await eventually(lambda: answer(js, "nightly"), timeout=30, what="nightly answered")
+        assert isinstance(first, JobAccepted) and first.tenant == "team-a"
+
+        await submit(js, subjects.tenant_submit_job("team-b"), "nightly", "team-b")
+        await submit(js, subjects.tenant_submit_job("team-a"), "nightly", "team-a")  # its own: idempotent
+
+        async def refused() -> list[str]:
+            letters = await read_messages(js, subjects.dead_letter("admission", "admission-tenant-submit"))
+            return [(m.headers or {}).get("tessera-dlq-reason", "") for m in letters]
+
+        (reason,) = await eventually(refused, timeout=30, what="team-b's submission dead-lettered")
+        assert "job_id 'nightly' is taken by another tenant's job" in reason, reason
+        assert await api.scalar("SELECT tenant FROM admission.jobs WHERE id = 'nightly'") == "team-a"
+        assert await api.scalar("SELECT state FROM admission.jobs WHERE id = 'nightly'") == "queued"

@@ -2,7 +2,9 @@
 
 External publishers hold NATS credentials for their tenant's subject alone (see
 `tessera.core.messaging.permissions`); admission checks the other half: a spec naming another tenant
-is refused for good, so it is dead-lettered with the reason and its sender gets `job_rejected`.
+is refused for good, so it is dead-lettered with the reason and its sender gets `job_rejected`. A job
+id that another tenant's job holds is refused too (dead-lettered with the reason; the job that holds
+it is left alone).
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ async def handle_tenant_submit(
             f"spec.tenant {named!r} is not {tenant!r}, the tenant of subject {envelope.nats_subject}: "
             "a tenant's subject takes that tenant's jobs only"
         )
+    # The id is the sender's choice: one another tenant's job already holds is refused, where it
+    # was answered as that job's resubmission and the sender's job silently dropped (ids could be
+    # squatted). The sender's own resubmissions are still idempotent.
+    job_id = envelope.data.get("job_id") or envelope.id
+    existing = await uow.jobs.get(job_id) if isinstance(job_id, str) else None
+    if existing is not None and existing.tenant and existing.tenant != tenant:
+        raise PermanentError(f"job_id {job_id!r} is taken by another tenant's job: choose another id")
     await handle_submit_command(envelope, uow, templates_required=templates_required)
 
 

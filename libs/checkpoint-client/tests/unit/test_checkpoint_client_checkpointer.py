@@ -318,6 +318,58 @@ def test_a_failing_callback_does_not_stop_the_flush_thread(tmp_path: Path) -> No
     ck.close()
 
 
+def test_a_negative_step_is_refused_naming_step(tmp_path: Path) -> None:
+    ck = Checkpointer(JOB, str(tmp_path), interval_s=0)
+    with pytest.raises(ValueError, match="step must be 0 or more, not -1"):
+        ck.save(-1, make_state())
+    with pytest.raises(ValueError, match="step must be 0 or more, not -2"):
+        ck.step(-2, make_state())
+    assert ck.pool.free_count() == 1 and ck.last_result is None
+    ck.close()
+
+
+class FailingLink:
+    """A NATS link whose every report fails."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def report(self, report: ReportCheckpoint, checkpoint_id: str) -> None:
+        self.calls += 1
+        raise RuntimeError("report bug")
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_unexpected_error_in_the_flush_thread_fails_that_checkpoint_not_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ck = Checkpointer(JOB, str(tmp_path), interval_s=None)
+    ck.link = FailingLink()  # type: ignore[assignment]
+    real = ck._flush
+    calls = 0
+
+    def flush_once_broken(job: Any) -> CheckpointResult:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise KeyError("bug")
+        return real(job)
+
+    monkeypatch.setattr(ck, "_flush", flush_once_broken)
+    ck.save(1, make_state())
+    first = ck.wait(timeout=10)
+    assert first is not None and first.step == 1 and not first.ok
+    assert first.reason == "internal error: KeyError: 'bug'"
+    for step in (2, 3):  # each report fails too
+        ck.save(step, make_state())
+        result = ck.wait(timeout=10)
+        assert result is not None and result.step == step and result.ok, result
+    assert ck.link.calls == 3  # type: ignore[attr-defined]
+    ck.close(timeout=10)
+
+
 def test_close_waits_for_the_last_flush(tmp_path: Path) -> None:
     ck = Checkpointer(JOB, str(tmp_path), interval_s=None)
     ck.save(1, make_state(200_000))

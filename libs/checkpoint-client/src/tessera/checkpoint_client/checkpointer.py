@@ -149,6 +149,8 @@ class Checkpointer:
 
     def step(self, step: int, state: State) -> bool:
         """At a safe point: snapshot when a checkpoint is due. True when a snapshot was taken."""
+        if step < 0:
+            raise ValueError(f"step must be 0 or more, not {step}")
         if self._inbox:
             self._take_inbox()
         if not self._requested.is_set() and time.monotonic() < self._next_due:
@@ -215,6 +217,8 @@ class Checkpointer:
     def _snapshot(self, step: int, state: State, *, block: bool, trigger: str) -> bool:
         if self._closed:
             raise RuntimeError("checkpointer is closed")
+        if step < 0:
+            raise ValueError(f"step must be 0 or more, not {step}")
         started = time.perf_counter()
         flat = flatten(state() if callable(state) else state, self.adapters)
         staging = self.pool.acquire(flat, self.adapters, block=block)
@@ -267,7 +271,22 @@ class Checkpointer:
             job = self._queue.get()
             if job is None:
                 return
-            result = self._flush(job)
+            try:
+                result = self._flush(job)
+            except (
+                Exception
+            ) as exc:  # a bug (`flush` returns its failures): the job fails, the thread goes on
+                log.exception("checkpoint of step %s failed unexpectedly", job.step)
+                self.pool.release(job.staging)  # no-op when the flush released it
+                result = CheckpointResult(
+                    ok=False,
+                    step=job.step,
+                    trigger=job.trigger,
+                    requests=job.requests,
+                    checkpoint_id=job.checkpoint_id,
+                    stall_s=job.stall_s,
+                    reason=f"internal error: {type(exc).__name__}: {exc}",
+                )
             with self._lock:
                 self._last_result = result
                 self.results.append(result)
@@ -276,7 +295,10 @@ class Checkpointer:
                         self._answered[r.request_id] = result
                 self._inflight -= 1
                 self._idle.notify_all()
-            self._announce(result)
+            try:
+                self._announce(result)
+            except Exception:  # the result stands; only its report is lost, and the thread must go on
+                log.exception("could not report the checkpoint of step %s", result.step)
 
     def _flush(self, job: _Job) -> CheckpointResult:
         return flush(

@@ -164,7 +164,7 @@ def test_a_job_s_gated_pods_are_not_its_members_until_admission_removes_the_gate
     gated = Pod("ml", "web-a", scheduler_name="tessera", labels=labels, gated=True)
     released = Pod("ml", "web-b", scheduler_name="tessera", labels=labels)
     other = Pod("ml", "web-c", scheduler_name="default-scheduler", labels=labels)
-    assert [p.name for p in job_members([gated, released, other], JOB_ID)] == ["web-b"]
+    assert [p.name for p in job_members([gated, released, other], JOB_ID, {"ml"})] == ["web-b"]
 
 
 def test_inventory_nodes_slicing_time_sliced_place_shares_by_their_replicas() -> None:

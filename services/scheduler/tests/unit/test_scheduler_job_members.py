@@ -61,7 +61,7 @@ async def test_the_pods_a_controller_creates_are_bound_as_one_gang(
     uow: FakeUnit, world: tuple[FakeCluster, ClusterSide]
 ) -> None:
     fake, side = world
-    engine = SchedulingEngine(lambda: uow, SchedulerSettings(), side, clock=AT.timestamp)
+    engine = SchedulingEngine(lambda: uow, SchedulerSettings(namespace="ml"), side, clock=AT.timestamp)
     engine.deciding = True
     await admit(uow, "train")
     await engine.cycle()
@@ -86,7 +86,7 @@ async def test_the_pods_a_controller_creates_are_bound_as_one_gang(
 
 async def test_pods_of_a_job_not_admitted_wait(uow: FakeUnit, world: tuple[FakeCluster, ClusterSide]) -> None:
     fake, side = world
-    engine = SchedulingEngine(lambda: uow, SchedulerSettings(), side, clock=AT.timestamp)
+    engine = SchedulingEngine(lambda: uow, SchedulerSettings(namespace="ml"), side, clock=AT.timestamp)
     engine.deciding = True
     fake.add_pod(member("early", 0))
     fake.add_pod(member("early", 1))

@@ -2,15 +2,16 @@
 
 An admitted job becomes one gang named by its ``job_id``, its quorum the sum of the groups'
 ``min_available``. On a cluster its members are the pods its workloads' controllers create,
-labelled with the job's id (:func:`job_members`); in inventory mode, where nothing runs, they are
-named ``<namespace>/<job>-<id>-<group>-<i>`` (:func:`job_pod_names`).
+labelled with the job's id, in the namespaces where its pods live (:func:`job_members`,
+:func:`job_namespaces`); in inventory mode, where nothing runs, they are named
+``<namespace>/<job>-<id>-<group>-<i>`` (:func:`job_pod_names`).
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -102,20 +103,42 @@ def job_gang(
     return GangSpec(job_id, members, quorum, spec.priority, submitted_at, timeout_s)
 
 
-def job_members(pods: Iterable[Pod], job_id: str) -> list[Pod]:
+def job_namespaces(spec: JobSpec, jobs_namespace: str) -> frozenset[str]:
+    """Where an admitted job's pods live: ``jobs_namespace`` (the scheduler's ``namespace``, where
+    admission makes the workloads of submitted jobs), or the job's tenant, which for a user's own
+    Job, JobSet, LeaderWorkerSet or Pod that admission adopted is the namespace it was made in.
+
+    The job-id label alone proves nothing: any user who may create a pod can write it, and a pod
+    without ``tessera.io/queue`` never reaches the admission webhook, so nothing gates it. The
+    domain's pods carry no owner references, so the namespace is the check; a pod elsewhere is no
+    member, whatever it requests."""
+    return frozenset({jobs_namespace, spec.tenant})
+
+
+def _candidate(pod: Pod, job_id: str) -> bool:
+    """Labelled with ``job_id`` and, but for its namespace, a pod of ours to place."""
+    return (
+        pod.labels.get(JOB_ID_LABEL) == job_id
+        and pod.scheduler_name == SCHEDULER_NAME
+        and not pod.terminated
+        and not pod.deleting
+        and not pod.gated
+    )
+
+
+def job_members(pods: Iterable[Pod], job_id: str, namespaces: Collection[str]) -> list[Pod]:
     """The live pods of a job for this scheduler: those its workloads created, labelled with its id,
-    that no scheduling gate holds (admission removes its gate when it admits a gated pod)."""
+    in one of ``namespaces`` (:func:`job_namespaces`), that no scheduling gate holds (admission
+    removes its gate when it admits a gated pod)."""
     return sorted(
-        (
-            pod
-            for pod in pods
-            if pod.labels.get(JOB_ID_LABEL) == job_id
-            and pod.scheduler_name == SCHEDULER_NAME
-            and not pod.terminated
-            and not pod.deleting
-            and not pod.gated
-        ),
-        key=pod_key,
+        (pod for pod in pods if _candidate(pod, job_id) and pod.namespace in namespaces), key=pod_key
+    )
+
+
+def job_strangers(pods: Iterable[Pod], job_id: str, namespaces: Collection[str]) -> list[Pod]:
+    """Pods that carry a job's id but live outside ``namespaces``: never its members."""
+    return sorted(
+        (pod for pod in pods if _candidate(pod, job_id) and pod.namespace not in namespaces), key=pod_key
     )
 
 

@@ -44,14 +44,19 @@ from tessera.scheduler.service_layer.gangs import (
     inventory_uuids,
     job_gang,
     job_gang_of_pods,
-    job_members,
     job_pod_names,
     member_group,
 )
 from tessera.scheduler.service_layer.outcomes import GangInfo
 from tessera.scheduler.service_layer.steps import TimedSteps
 from tessera.scheduler.service_layer.tracing import TracedBinder
-from tessera.scheduler.service_layer.watches import foreign_allocation, hold_foreign, native_gang, native_of
+from tessera.scheduler.service_layer.watches import (
+    admitted_members,
+    foreign_allocation,
+    hold_foreign,
+    native_gang,
+    native_of,
+)
 
 # ClusterSide is re-exported: it lives in adapters now, and the scheduling loop imports it from here.
 __all__ = ["ClusterSide", "learn_typical_workload", "rebuild"]
@@ -148,8 +153,8 @@ async def read_pending_gangs(
     repo: SchedulerRepository, settings: SchedulerSettings, cluster: ClusterSide | None
 ) -> PendingGangs:
     """Admitted jobs still waiting, and native gangs whose pods still wait (others are forgotten).
-    On a cluster a job's members are the pods its workloads created so far; a job none of whose pods
-    exist yet is known, and joins the queue when they come."""
+    On a cluster a job's members are the pods its workloads created so far, in the namespaces where
+    its pods live; a job none of whose pods exist yet is known, and joins the queue when they come."""
     pending = PendingGangs(await repo.pending())
     timeout = settings.gang.timeout_s
     for row in pending.rows:
@@ -165,7 +170,9 @@ async def read_pending_gangs(
                 info.groups = {m.key: m.group for m in names}
                 pending.known.append(job_gang(row.job_id, row.spec, settings.namespace, submitted, timeout))
                 continue
-            members = job_members(cluster.cache.pods.store.values(), row.job_id)
+            members = admitted_members(
+                cluster.cache.pods.store.values(), row.job_id, row.spec, settings.namespace
+            )
             info.groups = {pod_key(pod): member_group(pod) for pod in members}
             if members:
                 pending.known.append(job_gang_of_pods(row.job_id, row.spec, members, submitted, timeout))

@@ -3,13 +3,16 @@
 Pods with ``schedulerName: tessera`` and the pod-group label, with their PodGroup, are gangs of
 their own ("native" gangs, named ``<namespace>/<group>``). The pods of admitted jobs carry the
 job-id label: their workloads' controllers create them, and each one that comes or goes resubmits
-its job's gang with the members seen so far (:meth:`WatchState.refresh_job`).
+its job's gang with the members seen so far (:meth:`WatchState.refresh_job`). A pod that carries a
+job's id outside the namespaces where that job's pods live is no member (:func:`admitted_members`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+import logging
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +21,8 @@ from tessera.cluster.cache import pod_key
 from tessera.cluster.conventions.names import SCHEDULER_NAME
 from tessera.cluster.domain import Node, Pod, PodGroup
 from tessera.cluster.port import EventType, WatchEvent
+from tessera.contracts.jobs import JobSpec
+from tessera.core.observability.ratelimit import RateLimitedLog
 from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL
 from tessera.scheduler.adapters.repository import JOB, PODGROUP, SchedulerRepository
@@ -30,10 +35,35 @@ from tessera.scheduler.domain.gang.scheduler import GangOutcome
 from tessera.scheduler.domain.gang.spec import GangSpec
 from tessera.scheduler.domain.snapshot import Allocation
 from tessera.scheduler.service_layer.engine_state import EngineState
-from tessera.scheduler.service_layer.gangs import job_gang_of_pods, job_members, member_group
+from tessera.scheduler.service_layer.gangs import (
+    job_gang_of_pods,
+    job_members,
+    job_namespaces,
+    job_strangers,
+    member_group,
+)
 from tessera.scheduler.service_layer.outcomes import GangInfo
 
 FOREIGN = "foreign:"  # gang name prefix of pods other schedulers placed
+
+log = logging.getLogger(__name__)
+_strangers = RateLimitedLog(log, interval_s=math.inf)  # once per pod (the newest 1024 pods)
+
+
+def admitted_members(pods: Iterable[Pod], job_id: str, spec: JobSpec, jobs_namespace: str) -> list[Pod]:
+    """An admitted job's members among ``pods`` (:func:`~.gangs.job_members`); a pod that carries its
+    id from another namespace is left out, and logged once."""
+    pods = list(pods)
+    namespaces = job_namespaces(spec, jobs_namespace)
+    for pod in job_strangers(pods, job_id, namespaces):
+        key = pod_key(pod)
+        _strangers.log(
+            logging.WARNING,
+            f"{key}/{pod.uid}",
+            "a pod carries an admitted job's id outside the job's namespaces: it is no member",
+            extra={"pod": key, "job_id": job_id, "namespaces": sorted(namespaces)},
+        )
+    return job_members(pods, job_id, namespaces)
 
 
 def _ours(pod: Pod) -> bool:
@@ -194,7 +224,9 @@ class WatchState:
         info, spec = state.gangs.get(job_id), state.specs.get(job_id)
         if info is None or info.source != JOB or spec is None:
             return  # not admitted (yet, or any more): its pods wait for admission
-        members = job_members(self.cluster.cache.pods.store.values(), job_id)
+        members = admitted_members(
+            self.cluster.cache.pods.store.values(), job_id, spec, self.settings.namespace
+        )
         # members that went before a node was found leave the gang (kept if placed; the controller
         # makes a replacement, which joins as a new member)
         state.assembly.scheduler.members_gone(job_id, {pod_key(pod) for pod in members})

@@ -162,7 +162,7 @@ def test_the_external_metrics_api_serves_an_external_metric_value_list(deps: For
     assert item["value"] == "8500m" and item["windowSeconds"] == 120
     assert item["metricLabels"]["tessera.io/source"] == "forecast"
     missing = client.get("/apis/external.metrics.k8s.io/v1beta1/namespaces/serving/nothing")
-    assert missing.status_code == 404
+    assert missing.status_code == 200 and missing.json()["items"] == []  # as a selector matching nothing
 
 
 async def test_the_external_metrics_api_is_served_over_tls_to_a_client_that_trusts_its_ca(
@@ -219,3 +219,91 @@ def test_a_certificate_that_does_not_load_names_the_setting(tmp_path: Path) -> N
         check_certificate(bad)
     with pytest.raises(ValueError, match=r"metrics_tls\.key_file is required"):
         MetricsTlsSettings(cert_file=tmp_path / "tls.crt")
+
+
+@pytest.fixture
+def two_teams(deps: ForecasterDeps) -> ForecasterDeps:
+    """Two PredictiveAutoscalers' own series (a `prometheus` metric's, labelled `<namespace>.<name>`) in
+    two namespaces, beside a series no namespace owns."""
+    store = FakeForecasterUnitOfWork.store
+    store.series += [
+        Series(3, SeriesKey.of("prometheus", {"autoscaler": "team-b.web"}), 60.0),
+        Series(4, SeriesKey.of("prometheus", {"autoscaler": "team-a.api"}), 60.0),
+        Series(5, SeriesKey.of("prometheus", {"autoscaler": "team-a.jobs.v2"}), 60.0),
+    ]
+    store.latest |= {
+        3: forecast(3, (42.0, 42.0, 42.0, 42.0)),
+        4: forecast(4, (5.0, 5.0, 5.0, 5.0)),
+        5: forecast(5, (1.0, 1.0, 1.0, 1.0)),
+    }
+    return deps
+
+
+def test_the_external_metrics_api_serves_only_the_requests_namespace(two_teams: ForecasterDeps) -> None:
+    app = FastAPI()
+    app.include_router(router)
+    app.state.deps = two_teams
+    client = TestClient(app)
+
+    def get(namespace: str, metric: str, selector: str = "") -> list[dict[str, Any]]:
+        response = client.get(
+            f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/{metric}",
+            params={"labelSelector": selector} if selector else {},
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["kind"] == "ExternalMetricValueList"
+        items: list[dict[str, Any]] = response.json()["items"]
+        return items
+
+    (own,) = get("team-b", "prometheus", "autoscaler=team-b.web")
+    assert own["value"] == "42000m"
+    # another namespace's autoscaler is not there, as a selector matching nothing is not
+    assert get("team-a", "prometheus", "autoscaler=team-b.web") == []
+    assert get("team", "prometheus", "autoscaler=team-b.web") == []
+    assert get("team-a", "prometheus", "autoscaler=team-a.nothing") == []
+    assert get("team-a", "unknown_metric") == []
+    # an empty selector sums the namespace's own series only
+    (mine,) = get("team-a", "prometheus")
+    assert mine["value"] == "6000m"
+    assert get("elsewhere", "prometheus") == []
+    # series no namespace owns are the cluster's
+    (chat,) = get("team-a", "requests_per_s", "app=chat,window=120")
+    assert chat["value"] == "8500m"
+
+
+async def test_the_keda_scaler_serves_only_the_scaled_objects_namespace(
+    two_teams: ForecasterDeps, keda: Any
+) -> None:
+    def in_ns(namespace: str, **metadata: str) -> pb.ScaledObjectRef:
+        return pb.ScaledObjectRef(name="web", namespace=namespace, scalerMetadata=metadata)
+
+    web = {"predictiveAutoscaler": "team-b/web", "metric": "prometheus", "selector": "autoscaler=team-b.web"}
+    own = await keda.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=in_ns("team-b", **web)))
+    assert own.metricValues[0].metricValueFloat == 42.0
+    stolen = [
+        in_ns("team-a", **{**web, "predictiveAutoscaler": "team-a/web"}),  # a selector naming team-b's
+        in_ns("team-a", **web),  # and an autoscaler of team-b's too
+        in_ns("", **web),  # no namespace at all
+    ]
+    for ref_ in stolen:
+        for call in (
+            keda.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref_)),
+            keda.GetMetricSpec(ref_),
+            keda.IsActive(ref_),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call
+            assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    stream = keda.StreamIsActive(stolen[0])
+    assert (await asyncio.wait_for(stream.read(), 5)).result is False
+    stream.cancel()
+    # an empty selector sums the namespace's own series only
+    everything = {"predictiveAutoscaler": "team-a/all", "metric": "prometheus"}
+    mine = await keda.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=in_ns("team-a", **everything)))
+    assert mine.metricValues[0].metricValueFloat == 6.0
+    with pytest.raises(grpc.aio.AioRpcError) as none:
+        await keda.IsActive(in_ns("elsewhere", **{**everything, "predictiveAutoscaler": "elsewhere/all"}))
+    assert none.value.code() == grpc.StatusCode.NOT_FOUND
+    # a series no namespace owns is the cluster's
+    chat = await keda.IsActive(in_ns("team-a", **{**CHAT, "predictiveAutoscaler": "team-a/chat"}))
+    assert chat.result is True

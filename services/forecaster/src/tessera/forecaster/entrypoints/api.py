@@ -1,15 +1,27 @@
 """HTTP: the Kubernetes external metrics API (`external.metrics.k8s.io/v1beta1`, as an APIService's
-backend serves it to the HPA) and the forecaster's own view of its series."""
+backend serves it to the HPA) and the forecaster's own view of its series.
+
+A request names a namespace (the HPA's, or the ScaledObject's for KEDA's scaler) and sees only what that
+namespace may: a PredictiveAutoscaler's own series (its `autoscaler` label, `<namespace>.<name>`) is seen
+from its namespace alone, so a selector naming another namespace's autoscaler matches nothing and an
+empty selector sums the namespace's own series. Series no autoscaler owns (`gpu_busy` per shape,
+applications' recorded metrics) carry no namespace and are the cluster's."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
+from tessera.forecaster.adapters.repository import SeriesRepository
+from tessera.forecaster.domain.autoscaler import AUTOSCALER_LABEL
+from tessera.forecaster.domain.model import Series
+from tessera.forecaster.domain.series import Aggregation, SeriesKey
 from tessera.forecaster.service_layer.dependencies import ForecasterDeps
 from tessera.forecaster.service_layer.metric_names import MetricRef, parse_selector
-from tessera.forecaster.service_layer.queries import metric_value
+from tessera.forecaster.service_layer.queries import MetricValue, metric_value
+from tessera.forecaster.service_layer.unit_of_work import ForecasterUnitOfWork
 
 metrics_router = APIRouter()
 """the external metrics API alone: what the HTTPS server for the APIService serves"""
@@ -19,6 +31,46 @@ GROUP_VERSION = "external.metrics.k8s.io/v1beta1"
 def _deps(request: Request) -> ForecasterDeps:
     deps: ForecasterDeps = request.app.state.deps
     return deps
+
+
+def visible_from(namespace: str, key: SeriesKey) -> bool:
+    """Whether a request in `namespace` may read the series: one a PredictiveAutoscaler owns only from
+    the autoscaler's namespace (Kubernetes namespaces have no dots, so the owner's is before the first)."""
+    owner = key.label(AUTOSCALER_LABEL)
+    return owner is None or (bool(namespace) and owner.partition(".")[0] == namespace)
+
+
+class NamespacedSeries:
+    """A series repository seen from one namespace: the series it may not read are not there."""
+
+    def __init__(self, inner: SeriesRepository, namespace: str) -> None:
+        self.inner = inner
+        self.namespace = namespace
+
+    async def find(self, key: SeriesKey) -> Series | None:
+        found = await self.inner.find(key)
+        return found if found is not None and visible_from(self.namespace, found.key) else None
+
+    async def get_or_add(
+        self, key: SeriesKey, step_s: float, aggregation: Aggregation, gpu_shape: str | None
+    ) -> Series:
+        raise PermissionError("a namespaced view of the series is read-only")
+
+    async def all(self) -> list[Series]:
+        return [s for s in await self.inner.all() if visible_from(self.namespace, s.key)]
+
+    async def matching(self, metric: str, selector: dict[str, str]) -> list[Series]:
+        found = await self.inner.matching(metric, selector)
+        return [s for s in found if visible_from(self.namespace, s.key)]
+
+
+async def namespaced_metric_value(
+    uow: ForecasterUnitOfWork, namespace: str, ref: MetricRef, *, now: datetime
+) -> MetricValue:
+    """`metric_value` over the series a request in `namespace` may read (the unit of work is the
+    request's own: its series repository is replaced by the namespace's view of it)."""
+    uow.series = NamespacedSeries(uow.series, namespace)
+    return await metric_value(uow, ref.series_metric, ref.selector, now=now, window_s=ref.window_s)
 
 
 @metrics_router.get("/apis/external.metrics.k8s.io/v1beta1", tags=["external metrics"])
@@ -46,8 +98,10 @@ async def api_resources() -> dict[str, Any]:
 async def external_metric(
     request: Request, namespace: str, metric: str, label_selector: str = Query("", alias="labelSelector")
 ) -> dict[str, Any]:
-    """The served value of `metric` (a series' metric name) over the series the selector matches. The
-    selector's `window` label, when present, is the prediction window in seconds."""
+    """The served value of `metric` (a series' metric name) over the series of the namespace's the
+    selector matches. The selector's `window` label, when present, is the prediction window in seconds.
+    No series matching is an empty list, as Kubernetes answers a selector that matches nothing, whether
+    there is none or it is another namespace's."""
     deps = _deps(request)
     try:
         selector = parse_selector(label_selector)
@@ -56,9 +110,9 @@ async def external_metric(
     ref = MetricRef.from_selector(metric, selector, deps.default_window_s)
     now = deps.clock()
     async with deps.uow() as uow:
-        value = await metric_value(uow, ref.series_metric, ref.selector, now=now, window_s=ref.window_s)
+        value = await namespaced_metric_value(uow, namespace, ref, now=now)
     if not value.found:
-        raise HTTPException(404, f"no series of metric {ref.series_metric!r} matches {ref.selector}")
+        return {"kind": "ExternalMetricValueList", "apiVersion": GROUP_VERSION, "metadata": {}, "items": []}
     return {
         "kind": "ExternalMetricValueList",
         "apiVersion": GROUP_VERSION,

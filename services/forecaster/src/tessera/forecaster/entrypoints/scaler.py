@@ -2,8 +2,11 @@
 
 A ScaledObject's `external` trigger carries the scaler metadata the PredictiveAutoscaler controller
 writes: `predictiveAutoscaler` (its name), `metric` (a series metric, or `gpuUtilization`), `selector`
-(`k=v,...` over series labels), `target` (the value one replica handles) and `windowSeconds`. A metric
-no series has answers NOT_FOUND; metadata without the autoscaler's name or metric, INVALID_ARGUMENT."""
+(`k=v,...` over series labels), `target` (the value one replica handles) and `windowSeconds`. A request
+sees only what the ScaledObject's namespace may (`ScaledObjectRef.namespace`, which KEDA sets; see the
+external metrics API's module): a metric no series of it has answers NOT_FOUND, whether there is none or
+it is another namespace's, and so does an autoscaler named `<namespace>/<name>` in another namespace.
+Metadata without the autoscaler's name or metric answers INVALID_ARGUMENT."""
 
 from __future__ import annotations
 
@@ -19,9 +22,10 @@ import grpc
 from tessera.core.waits import wait_any
 from tessera.forecaster.adapters.externalscaler import externalscaler_pb2 as pb
 from tessera.forecaster.adapters.externalscaler import externalscaler_pb2_grpc as pb_grpc
+from tessera.forecaster.entrypoints.api import namespaced_metric_value
 from tessera.forecaster.service_layer.dependencies import ForecasterDeps
 from tessera.forecaster.service_layer.metric_names import MetricRef, parse_selector
-from tessera.forecaster.service_layer.queries import MetricValue, metric_value
+from tessera.forecaster.service_layer.queries import MetricValue
 
 log = logging.getLogger(__name__)
 AUTOSCALER = "predictiveAutoscaler"
@@ -32,6 +36,14 @@ class ScalerRequest:
     autoscaler: str
     ref: MetricRef
     target: float
+    namespace: str = ""
+    """the ScaledObject's namespace: the series it may read are its own and the cluster's"""
+
+    @property
+    def foreign_autoscaler(self) -> bool:
+        """Whether the autoscaler is named as another namespace's (`<namespace>/<name>`)."""
+        owner, sep, _ = self.autoscaler.rpartition("/")
+        return bool(sep) and owner != self.namespace
 
     @property
     def metric_name(self) -> str:
@@ -43,7 +55,9 @@ class BadMetadata(ValueError):
     pass
 
 
-def parse_metadata(metadata: Mapping[str, str], default_window_s: float) -> ScalerRequest:
+def parse_metadata(
+    metadata: Mapping[str, str], default_window_s: float, namespace: str = ""
+) -> ScalerRequest:
     autoscaler, metric = metadata.get(AUTOSCALER, ""), metadata.get("metric", "")
     if not autoscaler or not metric:
         raise BadMetadata(f"scalerMetadata must name {AUTOSCALER!r} and 'metric'")
@@ -56,7 +70,8 @@ def parse_metadata(metadata: Mapping[str, str], default_window_s: float) -> Scal
         raise BadMetadata(str(exc)) from exc
     if not math.isfinite(target) or target <= 0:
         raise BadMetadata("target must be a positive number")
-    return ScalerRequest(autoscaler, MetricRef.from_selector(metric, selector, default_window_s), target)
+    ref = MetricRef.from_selector(metric, selector, default_window_s)
+    return ScalerRequest(autoscaler, ref, target, namespace)
 
 
 class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
@@ -66,24 +81,24 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
 
     async def _request(self, ref: pb.ScaledObjectRef, context: grpc.aio.ServicerContext) -> ScalerRequest:
         try:
-            return parse_metadata(dict(ref.scalerMetadata), self.deps.default_window_s)
+            return parse_metadata(dict(ref.scalerMetadata), self.deps.default_window_s, ref.namespace)
         except BadMetadata as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise
 
     async def _value(self, request: ScalerRequest, context: grpc.aio.ServicerContext | None) -> MetricValue:
-        async with self.deps.uow() as uow:
-            value = await metric_value(
-                uow,
-                request.ref.series_metric,
-                request.ref.selector,
-                now=self.deps.clock(),
-                window_s=request.ref.window_s,
-            )
+        if request.foreign_autoscaler:  # served nothing, as an autoscaler that does not exist
+            value = MetricValue(request.ref.series_metric, 0.0, 0.0, "reactive", "no_series", (), ())
+        else:
+            async with self.deps.uow() as uow:
+                value = await namespaced_metric_value(
+                    uow, request.namespace, request.ref, now=self.deps.clock()
+                )
         if not value.found and context is not None:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND,
-                f"PredictiveAutoscaler {request.autoscaler}: no series of metric {request.ref.series_metric!r}",
+                f"PredictiveAutoscaler {request.autoscaler}: no series of metric {request.ref.series_metric!r}"
+                f" in namespace {request.namespace!r}",
             )
         return value
 

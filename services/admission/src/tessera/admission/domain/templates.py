@@ -5,6 +5,9 @@ unknown field is an error, as with `kubectl apply --validate=strict`). Two rules
 enforces beyond the OpenAPI schema are checked too: a pod has at least one container, and every
 container names an image. Each error names its path from the job spec's root, e.g.
 `pod_groups[0].template.spec.containers[0].image: required`.
+
+A job's templates must also keep to what a namespace shared by tenants allows (`pod_security`): the
+Pod Security Standards' baseline, the default service account, and no Secret references.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped]
 from referencing import Registry, Resource
 
+from tessera.admission.domain.pod_security import shared_namespace_errors
 from tessera.contracts.base import FieldError
 from tessera.contracts.jobs import JobSpec
 
@@ -98,8 +102,9 @@ def _unique(errors: list[FieldError]) -> list[FieldError]:
 
 
 def job_template_errors(spec: JobSpec, *, required: bool) -> list[FieldError]:
-    """The templates' problems across a job; with ``required`` (admission runs workloads on a
-    cluster), a pod group without a template is one: there is no image to run."""
+    """The templates' problems across a job, against the schema and against what a namespace shared
+    by tenants allows; with ``required`` (admission runs workloads on a cluster), a pod group without
+    a template is one: there is no image to run."""
     errors: list[FieldError] = []
     for index, group in enumerate(spec.pod_groups):
         prefix = f"pod_groups[{index}].template"
@@ -107,5 +112,7 @@ def job_template_errors(spec: JobSpec, *, required: bool) -> list[FieldError]:
             if required:
                 errors.append(FieldError(field=prefix, reason="required: the pods' image and command to run"))
             continue
-        errors += template_errors(group.template, prefix)
+        errors += _unique(
+            template_errors(group.template, prefix) + shared_namespace_errors(group.template, prefix)
+        )
     return errors

@@ -11,7 +11,11 @@ read admission's tables. It asks admission instead, with the caller's own token 
   Without `tenant=`, a probe for a tenant name that cannot exist tells an admin token (200) from a
   tenant's (403); a tenant's token is then scoped to the tenant of its own jobs (no jobs: no usage).
 
-Answers are cached per token hash for `CACHE_S`. Without an admission URL only the admin token reads.
+Answers are cached per token hash (and `tenant=`) for `CACHE_S`, so a revoked token stops reading within
+it; a refusal only for `NEGATIVE_CACHE_S`, so a token issued just after a first try works soon. The cache
+holds at most `CACHE_MAX` grants and, apart, `NEGATIVE_CACHE_MAX` refusals, dropping expired entries
+first and then the oldest: made-up tokens cannot grow it or push a valid token's grant out. Without an
+admission URL only the admin token reads.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -31,7 +36,13 @@ from tessera.telemetry.domain.usage_series import MAX_HOURS, HourSum, Series, ho
 from tessera.telemetry.service_layer.dependencies import Telemetry
 
 router = APIRouter(prefix="/v1", tags=["usage"])
+#: how long admission's grant of a token is trusted (ADR 0016): a revoked token reads for at most this
 CACHE_S = 60.0
+#: how long a refusal is remembered
+NEGATIVE_CACHE_S = 5.0
+#: the most grants and, apart, refusals kept (each entry is a hash and a verdict, some 200 bytes)
+CACHE_MAX = 4096
+NEGATIVE_CACHE_MAX = 1024
 #: not a DNS label, so no tenant has this name: a probe that only the admin may read
 _PROBE_TENANT = "-probe-"
 
@@ -46,7 +57,49 @@ class Scope:
 
 
 ALL = Scope(None)
-_cache: dict[str, tuple[float, Scope | int]] = {}
+
+
+class VerdictCache:
+    """Admission's verdicts by key, each until it expires: grants (a Scope) and refusals (the status)
+    apart, each bounded. Entries of one kind share a TTL and a refreshed one moves to the end, so the
+    oldest is also the first to expire: eviction takes from the front, expired ones first."""
+
+    def __init__(self) -> None:
+        self.granted: OrderedDict[str, tuple[float, Scope]] = OrderedDict()
+        self.refused: OrderedDict[str, tuple[float, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.granted) + len(self.refused)
+
+    def get(self, key: str, now: float) -> Scope | int | None:
+        for entries in (self.granted, self.refused):
+            found = entries.get(key)
+            if found is not None:
+                if found[0] > now:
+                    return found[1]
+                del entries[key]
+        return None
+
+    def put(self, key: str, verdict: Scope | int, now: float) -> None:
+        self.granted.pop(key, None)
+        self.refused.pop(key, None)
+        if isinstance(verdict, Scope):
+            self.granted[key] = (now + CACHE_S, verdict)
+            _bound(self.granted, CACHE_MAX, now)
+        else:
+            self.refused[key] = (now + NEGATIVE_CACHE_S, verdict)
+            _bound(self.refused, NEGATIVE_CACHE_MAX, now)
+
+
+def _bound(entries: OrderedDict[str, tuple[float, Any]], most: int, now: float) -> None:
+    while entries and next(iter(entries.values()))[0] <= now:
+        entries.popitem(last=False)
+    while len(entries) > most:
+        entries.popitem(last=False)
+
+
+_cache = VerdictCache()
+_now = time.monotonic
 
 
 def _deps(request: Request) -> Telemetry:
@@ -69,12 +122,10 @@ async def _resolve(deps: Telemetry, token: str, tenant: str | None) -> Scope:
     if deps.admission_url is None:
         raise HTTPException(403, "only the admin token may read usage here (telemetry has no admission URL)")
     key = hashlib.sha256(f"{token}\0{tenant or ''}".encode()).hexdigest()
-    cached = _cache.get(key)
-    if cached is not None and cached[0] > time.monotonic():
-        verdict = cached[1]
-    else:
+    verdict = _cache.get(key, _now())
+    if verdict is None:
         verdict = await _check(deps, token, tenant)
-        _cache[key] = (time.monotonic() + CACHE_S, verdict)
+        _cache.put(key, verdict, _now())
     if isinstance(verdict, int):
         message = {401: "unknown bearer token", 403: f"the token may not read tenant {tenant!r}"}
         raise HTTPException(verdict, message.get(verdict, "the token was refused"))

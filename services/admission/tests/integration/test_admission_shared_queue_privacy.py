@@ -57,10 +57,6 @@ async def test_another_tenants_job_is_answered_as_an_unknown_id(secured_api: Any
     assert refused.status_code == 403, "an admin route stays forbidden to a tenant's token"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GET /v1/queues/{name}/status (config_api.py) must pass the caller's tenant to queue_status",
-)
 async def test_a_shared_queues_status_lists_only_the_callers_own_jobs(secured_api: Any) -> None:
     api = secured_api
     tok = await tokens(api)

@@ -183,11 +183,12 @@ async def get_config(request: Request, caller: Caller) -> QueueingDocument:
 @router.get("/queues/{name}/status", tags=["queues"], response_model=QueueStatus)
 async def get_queue_status(request: Request, caller: Caller, name: str) -> QueueStatus:
     """Usage, borrowed and lent quota per flavor and resource, pending and admitted jobs. A tenant's
-    token sees only its own queue's (another is answered as unknown)."""
+    token sees only its own queue's (another is answered as unknown), and of a queue several tenants
+    share, only its own jobs' ids."""
     if not caller.admin and not [q for q in (await _read(request, caller)).queues if q.name == name]:
         raise not_found("queue", name)
     async with deps_of(request).uow() as uow:
-        found = await queue_status(uow, name)
+        found = await queue_status(uow, name, tenant=None if caller.admin else caller.tenant)
     if found is None:
         raise not_found("queue", name)
     return found

@@ -610,6 +610,16 @@ def test_without_nats_or_a_database_the_render_says_what_to_set() -> None:
         render({"global": {"nats": {"url": "nats://n:4222"}}})
 
 
+def test_admission_and_the_scheduler_must_agree_on_the_jobs_namespace() -> None:
+    values = merged(VALUE_SETS["default"], {"admission": {"jobNamespace": "ml-jobs"}})
+    with pytest.raises(
+        helm_python.HelmRenderError, match=r"admission\.jobNamespace \(ml-jobs\) and scheduler"
+    ):
+        render(values)
+    both = merged(values, {"scheduler": {"jobNamespace": "ml-jobs"}})
+    assert render(both).get("Role", "tessera-admission")["metadata"]["namespace"] == "ml-jobs"
+
+
 # -- values: schema and documentation --------------------------------------------------------------------
 
 

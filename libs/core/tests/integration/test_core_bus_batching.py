@@ -60,7 +60,8 @@ async def outbox_jobs(engine: AsyncEngine) -> list[str]:
 
 
 class JetStream:
-    """Answers each publish as told by the job id in its headers: ack, error, silence or refusal."""
+    """Answers each publish as told by the job id in its headers: ack, error, silence, refusal (the
+    connection is closed) or a publish that never returns."""
 
     def __init__(self, answers: dict[str, str] | None = None) -> None:
         self.answers = answers or {}
@@ -68,12 +69,14 @@ class JetStream:
         self.seq = 0
 
     async def publish_async(
-        self, subject: str, body: bytes, headers: dict[str, str]
+        self, subject: str, body: bytes, headers: dict[str, str], wait_stall: float | None = None
     ) -> asyncio.Future[PubAck]:
         job_id = headers["ce-subject"]
         answer = self.answers.get(job_id, "ack")
         if answer == "refuse":
             raise ConnectionResetError("the connection is closed")
+        if answer == "hang":
+            await asyncio.Event().wait()
         self.sent.append(job_id)
         future: asyncio.Future[PubAck] = asyncio.get_running_loop().create_future()
         if answer == "ack":
@@ -93,15 +96,51 @@ async def test_the_relay_deletes_only_acked_rows_and_publishes_a_failed_one_agai
 ) -> None:
     engine, sessions = db
     await fill_outbox(sessions, ["j1", "j2", "j3", "j4", "j5", "j6"])
-    js = JetStream({"j2": "error", "j4": "silent", "j5": "refuse"})
+    js = JetStream({"j2": "error", "j4": "silent", "j6": "refuse"})
 
     assert await relay(js, sessions).publish_batch_outcomes() == (3, 3)
-    assert js.sent == ["j1", "j2", "j3", "j4", "j6"], "published in outbox order, all in flight at once"
-    assert await outbox_jobs(engine) == ["j2", "j4", "j5"], "what failed stays, in order"
+    assert js.sent == ["j1", "j2", "j3", "j4", "j5"], "published in outbox order, all in flight at once"
+    assert await outbox_jobs(engine) == ["j2", "j4", "j6"], "what failed stays, in order"
 
     js.answers, js.sent = {}, []
     assert await relay(js, sessions).publish_batch_outcomes() == (3, 0)
-    assert js.sent == ["j2", "j4", "j5"], "nothing that was acked is published again"
+    assert js.sent == ["j2", "j4", "j6"], "nothing that was acked is published again"
+    assert await outbox_jobs(engine) == []
+
+
+async def test_a_refused_publish_ends_the_rounds_sending_and_the_rest_stay_for_the_next(
+    db: tuple[AsyncEngine, async_sessionmaker[AsyncSession]],
+) -> None:
+    """The connection is closed under the relay: the rows after it would fail, or pile up in the
+    reconnect buffer, alike; they are not sent this round, and count against no row."""
+    engine, sessions = db
+    await fill_outbox(sessions, ["j1", "j2", "j3", "j4"])
+    js = JetStream({"j2": "refuse"})
+    r = relay(js, sessions)
+    r.max_attempts = 1  # were it counted, one round would move a row to the dead-letter table
+
+    assert await r.publish_batch_outcomes() == (1, 3)
+    assert js.sent == ["j1"] and await outbox_jobs(engine) == ["j2", "j3", "j4"]
+    js.answers = {}
+    assert await r.publish_batch_outcomes() == (3, 0)
+    assert js.sent == ["j1", "j2", "j3", "j4"] and await outbox_jobs(engine) == []
+
+
+async def test_a_publish_that_never_returns_ends_the_round_in_bounded_time(
+    db: tuple[AsyncEngine, async_sessionmaker[AsyncSession]],
+) -> None:
+    """Waiting on nats.py (a pending-ack slot that never comes free, a stuck write) has a deadline:
+    the round ends, releasing its rows' locks, and the rows stay."""
+    engine, sessions = db
+    await fill_outbox(sessions, ["j1", "j2", "j3"])
+    js = JetStream({"j2": "hang"})
+    r = relay(js, sessions)
+    r.max_attempts = 1
+
+    assert await asyncio.wait_for(r.publish_batch_outcomes(), timeout=10) == (1, 2)
+    assert js.sent == ["j1"] and await outbox_jobs(engine) == ["j2", "j3"]
+    js.answers = {}
+    assert await r.publish_batch_outcomes() == (2, 0)
     assert await outbox_jobs(engine) == []
 
 

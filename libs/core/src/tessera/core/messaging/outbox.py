@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from sqlalchemy import BigInteger, Table, any_, bindparam, delete, func, insert, select, update
@@ -24,6 +25,7 @@ from tessera.core import faults
 from tessera.core.db.messaging_tables import outbox_dead_letters_of
 from tessera.core.messaging.failures import describe, is_permanent
 from tessera.core.messaging.limits import MessageTooLarge, check_fits
+from tessera.core.messaging.publish_async import connected, publish_async
 from tessera.core.observability.metrics import Metrics
 from tessera.core.observability.ratelimit import RateLimitedLog
 
@@ -40,6 +42,7 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     nats.errors.ConnectionDrainingError,
     nats.errors.OutboundBufferLimitError,
     nats.errors.StaleConnectionError,
+    nats.js.errors.TooManyStalledMsgsError,  # no PubAck slot came free in time: NATS is not answering
 )
 #: what nats.py refuses before sending: the same row is refused the same way every time
 _UNSENDABLE: tuple[type[BaseException], ...] = (
@@ -275,23 +278,48 @@ class OutboxRelay:
             )
 
     async def _publish_all(self, rows: Sequence[Any]) -> list[PubAck | BaseException]:
-        """Publish every row in order on the one connection, then await all the PubAcks together,
-        up to `ack_timeout_s`; each row's own outcome, so one failure costs one row. A row too large
-        for the server is never sent: sending it would make the server close the connection."""
+        """Publish the rows in order on the one connection, then await all the PubAcks together, up
+        to `ack_timeout_s`; each row's own outcome, so one failure costs one row. A row too large for
+        the server is never sent: sending it would make the server close the connection.
+
+        Sending stops at the first sign that the connection is away (it is not connected, or a
+        publish fails on the connection), and when sending has taken `ack_timeout_s`: the rows not
+        sent stay for a later round, counted against none. Nothing is queued into nats.py's
+        reconnect buffer while NATS is away, and a round lasts at most about twice `ack_timeout_s`
+        on NATS's side, so it never holds its rows' locks for ever."""
         outcomes: list[PubAck | BaseException] = [_NOT_SENT] * len(rows)
         sent: list[tuple[int, asyncio.Future[PubAck]]] = []
+        held: set[asyncio.Future[PubAck]] = set()
         limit = self.max_payload()
-        for i, row in enumerate(rows):
+        sending = 0
+        try:
             try:
-                headers = dict(row.headers)
-                check_fits(row.subject, headers, row.body, limit)
-                sent.append((i, await self._send(row.subject, row.body, headers)))
-            except Exception as exc:  # too large, or not even sent (the connection is closed)
-                outcomes[i] = exc
-        if sent:
-            _, late = await asyncio.wait([future for _, future in sent], timeout=self.ack_timeout_s)
-            for future in late:
+                async with asyncio.timeout(self.ack_timeout_s):
+                    for sending, row in enumerate(rows):
+                        if not connected(self.js):
+                            outcomes[sending] = _DISCONNECTED
+                            break
+                        try:
+                            headers = dict(row.headers)
+                            check_fits(row.subject, headers, row.body, limit)
+                            future = await self._send(row.subject, row.body, headers, held)
+                            sent.append((sending, future))
+                            held.add(future)
+                        except _CONNECTION_ERRORS as exc:  # the rest would fail (or queue up) alike
+                            outcomes[sending] = exc
+                            break
+                        except Exception as exc:  # this row's own failure (too large, a bad header)
+                            outcomes[sending] = exc
+            except TimeoutError:
+                outcomes[sending] = _SENDING_TIMED_OUT
+            if sent:
+                _, late = await asyncio.wait([future for _, future in sent], timeout=self.ack_timeout_s)
+                for future in late:
+                    future.cancel()
+        except BaseException:  # cancelled (the relay stops): forget what is in flight; the rows stay
+            for _, future in sent:
                 future.cancel()
+            raise
         for i, future in sent:
             if future.cancelled():
                 outcomes[i] = TimeoutError(f"no PubAck within {self.ack_timeout_s} s")
@@ -299,12 +327,18 @@ class OutboxRelay:
                 outcomes[i] = future.exception() or future.result()
         return outcomes
 
-    async def _send(self, subject: str, body: bytes, headers: dict[str, str]) -> asyncio.Future[PubAck]:
-        """Put one message on the wire; the future of its PubAck."""
-        publish_async = getattr(self.js, "publish_async", None)
-        if publish_async is not None:
-            future: asyncio.Future[PubAck] = await publish_async(subject, body, headers=headers)
-            return future
+    async def _send(
+        self,
+        subject: str,
+        body: bytes,
+        headers: dict[str, str],
+        held: set[asyncio.Future[PubAck]],
+    ) -> asyncio.Future[PubAck]:
+        """Put one message on the wire; the future of its PubAck. `held`: the round's futures so far."""
+        if getattr(self.js, "publish_async", None) is not None:
+            return await publish_async(
+                self.js, subject, body, headers, wait_stall=self.ack_timeout_s, held=held
+            )
         # An older nats-py: a task per request. Tasks start in creation order, so order is kept.
         return asyncio.ensure_future(self.js.publish(subject, body, headers=headers))
 
@@ -315,9 +349,15 @@ def _failure_kind(outcome: BaseException, any_acked: bool) -> str:
         return "unpublishable"
     if isinstance(outcome, TimeoutError):  # slow or away: the row's fault only if others went through
         return "row" if any_acked else "connection"
-    if isinstance(outcome, _CONNECTION_ERRORS) or outcome is _NOT_SENT:
+    if isinstance(outcome, _CONNECTION_ERRORS):  # _NotSent among them
         return "connection"
     return "row"
 
 
-_NOT_SENT = RuntimeError("not sent")
+class _NotSent(ConnectionError):
+    """The round stopped sending before this row: not the row's fault, it is sent on a later round."""
+
+
+_NOT_SENT = _NotSent("not sent: the round stopped sending before this row")
+_DISCONNECTED = _NotSent("not sent: NATS is not connected")
+_SENDING_TIMED_OUT = _NotSent("not sent: the round ran out of time sending")

@@ -1,0 +1,66 @@
+"""The outbox relay's two reaches into nats.py's `JetStreamContext`, kept here and nowhere else.
+
+Written against nats-py 2.16 (`nats/js/client.py`). `JetStreamContext.publish_async` first takes a
+slot of its pending-PubAck semaphore (4000 by default) and registers the PubAck's future (whose done
+callback gives the slot back), and only then calls `nc.publish`. When that raises (the reconnect
+buffer is full while NATS is away, the connection closed, a header refused), the future is neither
+returned nor ever completed, so the slot is never given back; once every slot has leaked, the next
+`publish_async` waits on the semaphore for ever (with no `wait_stall`), even after NATS is back.
+`publish_async` below cancels what the failed call registered, which runs that done callback and
+gives the slot back. It finds those as the context's pending futures the caller does not hold, rather
+than by copying the context's futures before every call, which would cost a batch time quadratic in
+its size. The context also keeps its connection to itself: `connected` reads it there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Container
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.api import PubAck
+
+
+def connected(js: JetStreamContext | Any) -> bool:
+    """Whether the connection under `js` is up (not reconnecting, not closed); True when `js` does not
+    tell (a stand-in without a connection)."""
+    nc = getattr(js, "_nc", None)  # nats-py 2.16 keeps it there and exposes it nowhere else
+    return bool(getattr(nc, "is_connected", True))
+
+
+async def publish_async(
+    js: JetStreamContext | Any,
+    subject: str,
+    payload: bytes,
+    headers: dict[str, str],
+    *,
+    wait_stall: float,
+    held: Container[asyncio.Future[PubAck]] = (),
+) -> asyncio.Future[PubAck]:
+    """`js.publish_async`, but a call that raises (or is cancelled) leaves no pending future and no
+    semaphore slot behind; waiting for a slot is bounded by `wait_stall` (then nats.py raises
+    `TooManyStalledMsgsError`).
+
+    `held`: the futures of this context the caller holds, still pending. The caller must be the only
+    one publishing with `publish_async` on `js` (the outbox relay is, on its service's context): then
+    a pending future of `js` that is not in `held` after a failed call is one that call registered."""
+    try:
+        future: asyncio.Future[PubAck] = await js.publish_async(
+            subject, payload, headers=headers, wait_stall=wait_stall
+        )
+    except BaseException:
+        _cancel_unheld(js, held)
+        raise
+    return future
+
+
+def _cancel_unheld(js: Any, held: Container[asyncio.Future[PubAck]]) -> None:
+    """Cancel the pending futures of `js` no one holds. Cancelling runs nats.py's done callback,
+    which forgets the future and releases its slot (on the loop's next turn)."""
+    futures = getattr(js, "_publish_async_futures", None)  # nats-py 2.16: token -> PubAck future
+    if not isinstance(futures, dict):
+        return
+    for future in list(futures.values()):
+        if not future.done() and future not in held:
+            future.cancel()

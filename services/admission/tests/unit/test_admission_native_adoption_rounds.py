@@ -309,3 +309,23 @@ async def test_jobs_the_cluster_keeps_refusing_do_not_take_every_round_from_the_
     assert rounds[0] == 0 and sum(rounds) == 1
     assert set(cluster.tried) == {item.job_id for item in uow.fake_workloads.pending}, "each is tried"
     assert refused == {item.job_id for item in stuck}, "the refused are tried again, after the others"
+
+
+async def test_a_users_own_job_keeps_its_service_account_secrets_and_host_network() -> None:
+    """The shared-namespace template rules are for the pods admission makes; a user's own Job runs in
+    the user's namespace with the user's rights, so its service account, a Secret-fed env var and
+    host networking (multi-node NCCL) are the user's business, and the job is queued."""
+    uow = UnitOfWork()
+    uow.configure(QUEUES)
+    cluster = Cluster()
+    job = a_job("train", "j-x")
+    pod = job["spec"]["template"]["spec"]
+    pod["serviceAccountName"] = "trainer"
+    pod["hostNetwork"] = True
+    pod["imagePullSecrets"] = [{"name": "registry"}]
+    secret = {"secretKeyRef": {"name": "hf", "key": "token"}}
+    pod["containers"][0]["env"] = [{"name": "HF_TOKEN", "valueFrom": secret}]
+    cluster.objects["Job"].append(job)
+    assert await adopt_native_jobs(lambda: uow, View(cluster)) == 1
+    (job_id,) = uow.fake_jobs.stored
+    assert uow.job(job_id).state is JobState.QUEUED, uow.job(job_id).errors

@@ -101,10 +101,12 @@ def _unique(errors: list[FieldError]) -> list[FieldError]:
     return out
 
 
-def job_template_errors(spec: JobSpec, *, required: bool) -> list[FieldError]:
-    """The templates' problems across a job, against the schema and against what a namespace shared
-    by tenants allows; with ``required`` (admission runs workloads on a cluster), a pod group without
-    a template is one: there is no image to run."""
+def job_template_errors(spec: JobSpec, *, required: bool, shared_namespace: bool = True) -> list[FieldError]:
+    """The templates' problems across a job, against the schema and, with ``shared_namespace`` (the
+    pods admission itself makes, in a namespace tenants share), against what such a namespace allows;
+    a user's own workload that admission adopted runs in the user's namespace with the user's rights,
+    so that check is not for it. With ``required`` (admission runs workloads on a cluster), a pod
+    group without a template is a problem: there is no image to run."""
     errors: list[FieldError] = []
     for index, group in enumerate(spec.pod_groups):
         prefix = f"pod_groups[{index}].template"
@@ -112,7 +114,6 @@ def job_template_errors(spec: JobSpec, *, required: bool) -> list[FieldError]:
             if required:
                 errors.append(FieldError(field=prefix, reason="required: the pods' image and command to run"))
             continue
-        errors += _unique(
-            template_errors(group.template, prefix) + shared_namespace_errors(group.template, prefix)
-        )
+        shared = shared_namespace_errors(group.template, prefix) if shared_namespace else []
+        errors += _unique(template_errors(group.template, prefix) + shared)
     return errors

@@ -89,11 +89,14 @@ async def submit_job(
     job_id: str | None = None,
     *,
     templates_required: bool = False,
+    shared_namespace: bool = True,
 ) -> SubmitResult:
     """Validate, store and announce a job. Called inside an open unit of work; the caller commits.
     A job id seen before answers with that job, unchanged (an idempotent resubmission).
     ``templates_required``: every pod group must carry a pod template (admission runs the job's
-    workloads on a cluster, so it needs the image to run)."""
+    workloads on a cluster, so it needs the image to run). ``shared_namespace`` False for a user's
+    own workload that admission adopted: its pods run in the user's namespace with the user's rights,
+    not in the namespace tenants share, so the shared-namespace template rules are not for it."""
     job_id = job_id or str(uuid.uuid4())
     with tracer().start_as_current_span("admission.submit_job", attributes={"job_id": job_id}) as span:
         existing = await uow.jobs.get(job_id)
@@ -103,7 +106,7 @@ async def submit_job(
         workload: dict[str, Any] | None = None
         job: Job | None = None
         if spec is not None:
-            errors = job_template_errors(spec, required=templates_required)
+            errors = job_template_errors(spec, required=templates_required, shared_namespace=shared_namespace)
             if errors:
                 raw_spec, spec = spec.model_dump(mode="json"), None
         if spec is not None:

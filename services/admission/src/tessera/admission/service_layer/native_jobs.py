@@ -61,7 +61,9 @@ async def _adopt(
             if priorities is None:  # read once a round, and only when there is a Job to adopt
                 priorities = KubePriorities.of(await cluster.priority_classes())
             found = to_native(item, priorities) or found
-            result = await submit_job(found.spec, work, found.job_id, templates_required=True)
+            result = await submit_job(
+                found.spec, work, found.job_id, templates_required=True, shared_namespace=False
+            )
             note = "; ".join(f"{e.field}: {e.reason}" for e in result.errors)
             now = datetime.now(UTC)
             objects = [(kind, found.name)]

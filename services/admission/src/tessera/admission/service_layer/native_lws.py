@@ -91,7 +91,9 @@ async def sync_lws_groups(uow: Callable[[], AdmissionUnitOfWork], cluster: LwsCl
                 if priorities is None:  # read once a round, and only when there is a group to submit
                     priorities = KubePriorities.of(await cluster.priority_classes())
                 found = group_job(lws, group, priorities)
-                result = await submit_job(found.spec, work, job_id, templates_required=True)
+                result = await submit_job(
+                    found.spec, work, job_id, templates_required=True, shared_namespace=False
+                )
                 note = "; ".join(f"{e.field}: {e.reason}" for e in result.errors)
                 objects = [(LWS, group.lws)]
                 now = datetime.now(UTC)

@@ -42,7 +42,9 @@ async def adopt_native_pods(uow: Callable[[], AdmissionUnitOfWork], cluster: Wor
             if priorities is None:  # read once a round, and only when there is a pod to adopt
                 priorities = KubePriorities.of(await cluster.priority_classes())
             found = native_pod(item, priorities) or found
-            result = await submit_job(found.spec, work, found.job_id, templates_required=True)
+            result = await submit_job(
+                found.spec, work, found.job_id, templates_required=True, shared_namespace=False
+            )
             note = "; ".join(f"{e.field}: {e.reason}" for e in result.errors)
             objects = [(POD, found.name)]
             await work.workloads.record(

@@ -126,3 +126,23 @@ async def test_a_member_deleted_and_made_again_joins_as_a_new_member() -> None:
     assert {m.name for m in state.assembly.registry.spec("ns/pg").members} == {"ns/b", "ns/c"}
     (placed,) = scheduler.run(now=10_000.0)
     assert placed.kind is OutcomeKind.PLACED and {a.pod for a in placed.bound} == {"ns/b", "ns/c"}
+
+
+async def test_a_gang_waiting_for_its_quorum_that_loses_a_newcomer_still_times_out_cleanly() -> None:
+    cluster, repo = Cluster(), Repo()
+    cluster.groups["ns/pg"] = PodGroup("ns", "pg", 3)
+    state, watches = world(cluster, nodes=4)
+    for i in range(2):
+        await watches.apply(repo, "pod", WatchEvent(EventType.ADDED, cluster.add(f"p{i}", 8, "pg"), "1"))
+    scheduler = state.assembly.scheduler
+    assert [o.kind for o in scheduler.run(now=100.0)] == [OutcomeKind.WAITING]
+    await watches.apply(repo, "pod", WatchEvent(EventType.ADDED, cluster.add("p2", 8, "pg"), "2"))
+    await watches.apply(repo, "pod", cluster.delete("p2"))  # came and went before it was tried
+
+    outcomes = scheduler.run(now=100_000.0)  # the quorum's wait runs out
+
+    assert outcomes and all(o.kind is not OutcomeKind.PLACED for o in outcomes), outcomes
+    assert "ns/pg" in state.assembly.queue, "it goes back to wait for its members"
+    assert cluster.evicted == [] and all(
+        state.assembly.cache.allocation(f"ns/p{i}") is None for i in range(2)
+    )

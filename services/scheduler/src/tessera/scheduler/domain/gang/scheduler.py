@@ -213,8 +213,8 @@ class GangScheduler:
             self.queue.remove(gang)
             return True
         self.registry.upsert(replace(spec, members=keep))
-        if not self.registry.pending(gang):
-            self.queue.remove(gang)
+        if not self.registry.pending(gang) and gang not in self._waiting:
+            self.queue.remove(gang)  # a gang waiting for its quorum stays queued until it times out
         return False
 
     def node_lost(self, node: str, now: float) -> list[GangOutcome]:

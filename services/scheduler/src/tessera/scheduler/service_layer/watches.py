@@ -27,7 +27,7 @@ from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL
 from tessera.scheduler.adapters.repository import JOB, PODGROUP, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
-from tessera.scheduler.domain.cache import CacheConflict, SchedulerCache
+from tessera.scheduler.domain.cache import CacheConflict, PodState, SchedulerCache
 from tessera.scheduler.domain.framework.cluster_view import gang_spec, node_info
 from tessera.scheduler.domain.framework.pod import InvalidSpec
 from tessera.scheduler.domain.gang.queue import ClusterEvent
@@ -185,7 +185,12 @@ class WatchState:
         pod = event.object
         key = pod_key(pod)
         ended = event.type is EventType.DELETED or pod.terminated
-        if ended and self.state.assembly.cache.allocation(key) is not None:
+        cache = self.state.assembly.cache
+        if (ended or pod.deleting) and cache.pod_state(key) is PodState.ASSUMED:
+            # reserved while its gang waits for quorum, never bound: the gang forgets the reservation,
+            # and the refresh below drops the member (a pod made again under its name joins afresh)
+            self.state.assembly.scheduler.reservation_gone(key, self.now)
+        elif ended and cache.allocation(key) is not None:
             self.pod_ended(key, pod.phase.value if event.type is not EventType.DELETED else "Deleted")
             return []
         if pod.bound and not ended and self.state.assembly.cache.allocation(key) is None:
@@ -209,7 +214,10 @@ class WatchState:
         )
 
     def pod_ended(self, key: str, phase: str) -> None:
-        """A placed pod ended or vanished: its resources are free; its gang may now be finished."""
+        """A placed pod ended or vanished: its resources are free; its gang may now be finished. A
+        pod only reserved (its gang waits for quorum) was never placed: its gang forgets it."""
+        if self.state.assembly.scheduler.reservation_gone(key, self.now) is not None:
+            return
         allocation = self.state.assembly.cache.remove_pod(key)
         if allocation is None:
             return

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol, TypeVar, runtime_checkable
 
-from tessera.scheduler.domain.cache import SchedulerCache
+from tessera.scheduler.domain.cache import PodState, SchedulerCache
 from tessera.scheduler.domain.framework.cycle_state import CycleState
 from tessera.scheduler.domain.framework.pod import PodSpec
 from tessera.scheduler.domain.framework.runtime import Framework, ScheduleResult
@@ -216,6 +216,28 @@ class GangScheduler:
         if not self.registry.pending(gang) and gang not in self._waiting:
             self.queue.remove(gang)  # a gang waiting for its quorum stays queued until it times out
         return False
+
+    def reservation_gone(self, pod: str, now: float) -> Allocation | None:
+        """A member reserved while its gang waits for quorum, not bound, whose pod went (deleted, being
+        deleted, or ended): its gang forgets the reservation everywhere (the waiting member and what
+        it reserved, the registry's mark, the cache's assumption) and keeps waiting for quorum with
+        the rest; parked gangs hear that capacity was freed. Binding the member at quorum would bind
+        a pod that is gone with GPUs another gang may have taken since. The member stays in the
+        gang's spec: :meth:`members_gone` drops it, now that it holds nothing, unless a pod of the
+        same name came back (that one is placed afresh). Returns the freed allocation, or None when
+        ``pod`` held no reservation."""
+        if self.cache.pod_state(pod) is not PodState.ASSUMED:
+            return None
+        allocation = self.cache.allocation(pod)
+        assert allocation is not None
+        waiting = self._waiting.get(allocation.gang)
+        member = waiting.members.pop(pod, None) if waiting is not None else None
+        if member is not None:
+            self.framework.run_unreserve(member.state, member.pod, member.node)
+        self.cache.forget(pod)
+        self.registry.unmark(allocation.gang, pod)
+        self.queue.on_event(ClusterEvent.CAPACITY_FREED, now)
+        return allocation
 
     def node_lost(self, node: str, now: float) -> list[GangOutcome]:
         """A node is gone: every gang with a member there is broken, evicted whole and requeued."""
@@ -417,9 +439,13 @@ class GangScheduler:
         """Bind the members in order, stopping at the first failure."""
         for member in ready.waiting.members.values():
             allocation = self.cache.allocation(member.pod.name)
+            if allocation is None or self.cache.pod_state(member.pod.name) is not PodState.ASSUMED:
+                # never bind what the cache no longer holds for it: its GPUs may be another's now
+                ready.bind_failure = Status.error(f"reservation of {member.pod.name} lost")
+                return
             status = self.framework.run_bind(member.state, member.pod, member.node)
-            if not status.ok or allocation is None:
-                ready.bind_failure = status if not status.ok else Status.error("reservation lost")
+            if not status.ok:
+                ready.bind_failure = status
                 return
             ready.bound.append(allocation)
 

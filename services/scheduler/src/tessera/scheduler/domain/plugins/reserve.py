@@ -69,11 +69,17 @@ class DefaultBinder:
 
     def bind(self, state: CycleState, pod: PodSpec, node: str) -> Status:
         allocation = state.read(ALLOCATION)
+        if self.cache.allocation(pod.name) != allocation:
+            # the reservation went (its pod was deleted): binding it would hand its GPUs out twice
+            return Status.error(Reason.BIND_FAILED, f"pod {pod.name}: its reservation is no longer held")
         try:
             self.port.bind(allocation)
         except BindError as error:
             return Status.error(Reason.BIND_FAILED, str(error))
-        self.cache.confirm_bound(pod.name)
+        try:
+            self.cache.confirm_bound(pod.name)
+        except CacheConflict as conflict:  # the reservation went while the bind was in flight
+            return Status.error(Reason.BIND_FAILED, str(conflict))
         return Status.success()
 
 

@@ -114,7 +114,10 @@ class Topology:
 class GpuInfo:
     """One GPU. ``replicas`` > 1 places shares by the device plugin's time-slicing replicas (ADR 0021):
     a share takes one replica whatever its milli, a whole-GPU pod takes them all; with 1, shares are
-    counted by milli within 1000. ``replicas_used`` counts the replicas held."""
+    counted by milli within 1000. ``replicas_used`` counts the replicas held.
+
+    ``mig``: the GPU is in MIG mode; its compute is handed out only as the node's MIG devices
+    (:attr:`NodeInfo.mig_capacity`), so it is never offered whole or in shares."""
 
     index: int
     model: str
@@ -122,6 +125,12 @@ class GpuInfo:
     healthy: bool = True
     replicas: int = 1
     replicas_used: int = 0
+    mig: bool = False
+
+    @property
+    def offered(self) -> bool:
+        """Offered for whole-GPU and fractional placement: healthy, and not in MIG mode."""
+        return self.healthy and not self.mig
 
     @property
     def time_sliced(self) -> bool:
@@ -201,7 +210,7 @@ class NodeInfo:
     # Derived once at construction: filters read them for every node of every cycle.
     gpu_milli_used: int = field(init=False, repr=False, compare=False)
     free_whole_gpus: int = field(init=False, repr=False, compare=False)
-    """Healthy GPUs with nothing on them."""
+    """Offered GPUs (healthy, not in MIG mode) with nothing on them."""
     idle_gpus_any_health: int = field(init=False, repr=False, compare=False)
     free_healthy_milli: int = field(init=False, repr=False, compare=False)
     max_idle_healthy_milli: int = field(init=False, repr=False, compare=False)
@@ -220,17 +229,18 @@ class NodeInfo:
                 raise ValueError(
                     f"node {self.name}.gpus[{position}]: index must be {position}, got {gpu.index}"
                 )
-        healthy_idle = [gpu.idle_milli for gpu in self.gpus if gpu.healthy]
+        # GPUs in MIG mode count nowhere here: only their MIG devices are placed on
+        healthy_idle = [gpu.idle_milli for gpu in self.gpus if gpu.offered]
         derived = {
             "gpu_milli_used": sum(gpu.milli_used for gpu in self.gpus),
-            "free_whole_gpus": sum(1 for gpu in self.gpus if gpu.healthy and gpu.fully_idle),
-            "idle_gpus_any_health": sum(1 for gpu in self.gpus if gpu.fully_idle),
+            "free_whole_gpus": sum(1 for gpu in self.gpus if gpu.offered and gpu.fully_idle),
+            "idle_gpus_any_health": sum(1 for gpu in self.gpus if gpu.fully_idle and not gpu.mig),
             "free_healthy_milli": sum(healthy_idle),
             "max_idle_healthy_milli": max(healthy_idle, default=0),
             "free_replica": any(
-                gpu.healthy and gpu.replicas > 1 and gpu.replicas_used < gpu.replicas for gpu in self.gpus
+                gpu.offered and gpu.replicas > 1 and gpu.replicas_used < gpu.replicas for gpu in self.gpus
             ),
-            "has_unhealthy": len(healthy_idle) < len(self.gpus),
+            "has_unhealthy": any(not gpu.healthy for gpu in self.gpus),
             "models": frozenset(gpu.model for gpu in self.gpus),
         }
         for name, value in derived.items():

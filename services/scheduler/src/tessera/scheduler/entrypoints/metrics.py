@@ -100,7 +100,7 @@ def fragmented_gpus(snapshot: Snapshot, typical: tuple[TypicalPod, ...]) -> dict
         values = model.evaluate(
             np.array([n.cpu_milli - n.cpu_used for n in group], dtype=np.int64),
             np.array(
-                [[g.idle_milli if g.healthy else 0 for g in n.gpus] for n in group], dtype=np.int64
+                [[g.idle_milli if g.offered else 0 for g in n.gpus] for n in group], dtype=np.int64
             ).reshape(len(group), -1),
             np.array([index[n.gpus[0].model] for n in group], dtype=np.int64),
         )

@@ -13,7 +13,7 @@ from tessera.cluster.conventions.device_plugin import time_sliced_by_slicing
 from tessera.cluster.conventions.names import GPU_REPLICAS_LABEL
 from tessera.cluster.domain import GpuRequestKind, Node, Pod, PodGroup
 from tessera.cluster.domain import Link as ClusterLink
-from tessera.cluster.domain.gpu import MigMode
+from tessera.cluster.domain.gpu import MigMode, MigStrategy
 from tessera.cluster.domain.node import TaintEffect
 from tessera.scheduler.domain.framework.pod import MIG_RESOURCE_PREFIX, InvalidSpec, PodSpec
 from tessera.scheduler.domain.gang.spec import GangSpec
@@ -45,7 +45,13 @@ def placement_replicas(labels: Mapping[str, str]) -> int:
 
 
 def node_info(node: Node) -> NodeInfo:
-    """Capacity, health, wiring and MIG inventory of a cluster node, with nothing allocated yet."""
+    """Capacity, health, wiring and MIG inventory of a cluster node, with nothing allocated yet.
+
+    A GPU in MIG mode is handed out only as the MIG devices the device plugin advertises
+    (``nvidia.com/mig-<profile>``, the mixed strategy): it is kept (indices and wiring stay those of
+    the board) but marked ``mig``, and never offered whole or in shares, or one GPU would be given
+    out twice. Under the single strategy the plugin advertises the MIG devices as ``nvidia.com/gpu``
+    and no MIG resource: the GPUs stay offered whole, as that is the only way they are asked for."""
     gpus = sorted(node.gpus, key=lambda gpu: gpu.index)
     if [gpu.index for gpu in gpus] != list(range(len(gpus))):
         raise InvalidSpec(f"node {node.name}.gpus", f"indices must be 0..{len(gpus) - 1}")
@@ -61,6 +67,7 @@ def node_info(node: Node) -> NodeInfo:
         if resource.startswith(MIG_RESOURCE_PREFIX) and count > 0
     }
     replicas = placement_replicas(node.labels)
+    single = node.mig_strategy is MigStrategy.SINGLE
     return NodeInfo(
         name=node.name,
         gpus=tuple(
@@ -69,6 +76,7 @@ def node_info(node: Node) -> NodeInfo:
                 gpu.model,
                 healthy=gpu.healthy,
                 replicas=1 if gpu.mig_mode is MigMode.ENABLED else replicas,
+                mig=gpu.mig_mode is MigMode.ENABLED and not single,
             )
             for gpu in gpus
         ),

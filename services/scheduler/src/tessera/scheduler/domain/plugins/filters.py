@@ -184,7 +184,7 @@ def mps_client_milli(node: NodeInfo) -> int | None:
 
 
 def _fits_ignoring_health(pod: PodSpec, node: NodeInfo) -> bool:
-    usable = [gpu for gpu in node.gpus if not pod.gpu_models or gpu.model in pod.gpu_models]
+    usable = [gpu for gpu in node.gpus if not gpu.mig and (not pod.gpu_models or gpu.model in pod.gpu_models)]
     if pod.fractional:
         return any(gpu.fits(pod.gpu_milli) for gpu in usable)
     return sum(1 for gpu in usable if gpu.fully_idle) >= pod.gpu_count

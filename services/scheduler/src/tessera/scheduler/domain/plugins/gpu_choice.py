@@ -26,7 +26,7 @@ def choose_gpus(pod: PodSpec, node: NodeInfo, policy: Policy, exhaustive_limit: 
     if pod.gpu_count == 0:
         return ()
     allowed = [
-        gpu for gpu in node.gpus if gpu.healthy and (not pod.gpu_models or gpu.model in pod.gpu_models)
+        gpu for gpu in node.gpus if gpu.offered and (not pod.gpu_models or gpu.model in pod.gpu_models)
     ]
     if pod.fractional:
         fits = [gpu for gpu in allowed if gpu.fits(pod.gpu_milli)]

@@ -1,7 +1,8 @@
 """The scheduler cache: a mutable view of the cluster fed by watches, from which cycles take snapshots.
 
 Capacity and health come in through node upserts and health, schedulability and slice-inventory
-events; allocations come in through the scheduler's own decisions. A placement is *assumed* here at
+events; telemetry's "GPU unhealthy" marks are kept apart from the node records (an overlay applied to
+every record the node gets, so a later node update does not make the GPU healthy again); allocations come in through the scheduler's own decisions. A placement is *assumed* here at
 once (the next cycle already sees it), the bind follows, and on failure the assumption is
 *forgotten*. Everything the cache holds is the nodes plus a set of allocations, so
 :meth:`SchedulerCache.rebuild` restores it after a restart from persisted or listed placements.
@@ -29,6 +30,7 @@ class PodState(StrEnum):
 class SchedulerCache:
     def __init__(self) -> None:
         self._base: dict[str, NodeInfo] = {}
+        self._marked_unhealthy: dict[str, set[int]] = {}
         self._nodes: dict[str, NodeInfo] = {}
         self._allocations: dict[str, Allocation] = {}
         self._states: dict[str, PodState] = {}
@@ -102,18 +104,31 @@ class SchedulerCache:
             del self._allocations[allocation.pod]
             del self._states[allocation.pod]
         del self._base[name], self._nodes[name], self._on_node[name]
+        self._marked_unhealthy.pop(name, None)
         self._bump()
         return lost
 
     def set_gpu_health(self, node: str, index: int, healthy: bool) -> None:
-        """``gpu_unhealthy`` (or its recovery): the GPU keeps its pods, but takes no new ones."""
+        """``gpu_unhealthy`` (or its recovery): the GPU keeps its pods, but takes no new ones. The mark
+        lies over whatever the node's records say until it is lifted here (or the node goes): a
+        node update reporting the GPU healthy does not lift it."""
         base = self._require_node(node)
         if not 0 <= index < base.gpu_count:
             raise CacheConflict(f"node {node}: no GPU index {index}")
-        gpus = list(base.gpus)
-        gpus[index] = replace(gpus[index], healthy=healthy)
-        self._base[node] = replace(base, gpus=tuple(gpus))
+        marked = self._marked_unhealthy.setdefault(node, set())
+        if healthy:
+            marked.discard(index)
+            if not base.gpus[index].healthy:  # recovered: the record's own fault goes too
+                gpus = list(base.gpus)
+                gpus[index] = replace(gpus[index], healthy=True)
+                self._base[node] = replace(base, gpus=tuple(gpus))
+        else:
+            marked.add(index)
         self._rederive(node)
+
+    def health_marks(self, node: str) -> frozenset[int]:
+        """The node's GPUs marked unhealthy through :meth:`set_gpu_health`."""
+        return frozenset(self._marked_unhealthy.get(node, ()))
 
     def set_schedulable(self, node: str, schedulable: bool) -> None:
         """Cordon or uncordon; NotReady counts as unschedulable."""
@@ -189,6 +204,10 @@ class SchedulerCache:
 
     def _rederive(self, name: str) -> None:
         node = self._base[name]
+        marked = self._marked_unhealthy.get(name)
+        if marked and any(i < node.gpu_count and node.gpus[i].healthy for i in marked):
+            gpus = tuple(replace(gpu, healthy=False) if gpu.index in marked else gpu for gpu in node.gpus)
+            node = replace(node, gpus=gpus)
         for pod in sorted(self._on_node[name]):
             node = node.with_allocation(self._allocations[pod])
         self._nodes[name] = node

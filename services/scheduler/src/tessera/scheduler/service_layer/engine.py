@@ -74,6 +74,9 @@ class SchedulingEngine:
         self._wake = asyncio.Event()
         self._events: deque[tuple[str, WatchEvent[object]]] = deque()
         self._unhealthy: deque[tuple[str, int]] = deque()
+        # Telemetry's "GPU unhealthy" marks in cluster mode, by node: the node records come from the
+        # API and know nothing of them, so each rebuild lays them on again (_sync_health_marks).
+        self._health_marks: dict[str, set[int]] = {}
         self._next_preemption: float | None = None
         self._version = -1
         self.state: EngineState | None = None
@@ -182,6 +185,13 @@ class SchedulingEngine:
                 if stamp != state.inventory_stamp:
                     state.inventory_stamp = stamp
                     outcomes += await self._sync_inventory(repo, now)
+            else:
+                # Telemetry's stored inventory holds its health marks: after a rebuild (no stamp
+                # yet) and whenever it changes, the cache's marks follow it.
+                stamp = await repo.inventory_stamp()
+                if stamp != state.inventory_stamp:
+                    state.inventory_stamp = stamp
+                    await self._sync_health_marks(repo, now)
             await self._sync_pending(repo, now)
             await self._learn_typical_workload(repo, now)
             if self.cluster is not None:
@@ -194,6 +204,8 @@ class SchedulingEngine:
                 if node in state.nodes:
                     with contextlib.suppress(CacheConflict):
                         state.assembly.scheduler.gpu_health_changed(node, index, False, now)
+                        if self.cluster is not None:
+                            self._health_marks.setdefault(node, set()).add(index)
             await self._finish_ended(repo, uow, now)
             self._next_preemption = await preempt_due(repo, uow, state, self.cluster, self.settings, now)
             loop = asyncio.get_running_loop()
@@ -229,6 +241,34 @@ class SchedulingEngine:
 
     # -- steps -----------------------------------------------------------------------------------
 
+    async def _sync_health_marks(self, repo: SchedulerRepository, now: float) -> None:
+        """Cluster mode: the cache's "GPU unhealthy" marks follow telemetry. The stored inventory is
+        its last word on each GPU it names (matched by UUID; a ``gpu_unhealthy`` is written into it
+        too): a GPU it reports unhealthy is marked, one it reports healthy loses its mark. Marks for
+        GPUs it does not name (no report for the node, other UUIDs) are those this process received,
+        kept across rebuilds in the engine, not in the database. A mark is lifted only where the
+        node's own record says the GPU is healthy."""
+        assert self.state is not None
+        state = self.state
+        for inventory in await repo.inventory():
+            index_of = {uuid: index for index, uuid in state.uuids.get(inventory.name, {}).items()}
+            marks = self._health_marks.setdefault(inventory.name, set())
+            for gpu in inventory.gpus:
+                if gpu.uuid in index_of:
+                    if gpu.healthy:
+                        marks.discard(index_of[gpu.uuid])
+                    else:
+                        marks.add(index_of[gpu.uuid])
+        scheduler, cache = state.assembly.scheduler, state.assembly.cache
+        for node, info in state.nodes.items():
+            wanted, have = self._health_marks.get(node, set()), cache.health_marks(node)
+            for index in sorted(wanted - have):
+                if index < len(info.gpus):
+                    scheduler.gpu_health_changed(node, index, False, now)
+            for index in sorted(have - wanted):
+                if info.gpus[index].healthy:
+                    scheduler.gpu_health_changed(node, index, True, now)
+
     async def _sync_inventory(self, repo: SchedulerRepository, now: float) -> list[GangOutcome]:
         assert self.state is not None
         state, scheduler = self.state, self.state.assembly.scheduler
@@ -241,6 +281,11 @@ class SchedulingEngine:
             if state.nodes.get(node.name) != info:
                 state.nodes[node.name] = info
                 outcomes += scheduler.node_changed(info, now)
+            # The stored inventory keeps telemetry's marks until a report says otherwise: a GPU it
+            # reports healthy again has recovered.
+            for index in sorted(state.assembly.cache.health_marks(node.name)):
+                if index < len(info.gpus) and info.gpus[index].healthy:
+                    scheduler.gpu_health_changed(node.name, index, True, now)
         for name in sorted(set(state.nodes) - seen):
             del state.nodes[name]
             outcomes += scheduler.node_lost(name, now)

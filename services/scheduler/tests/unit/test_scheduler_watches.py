@@ -8,8 +8,8 @@ from typing import Any
 
 from tessera.cluster.builders import gpu_node
 from tessera.cluster.domain import Node
-from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
-from tessera.cluster.domain.requirements import Pod, PodPhase, PodRequirements
+from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare, MigSlice
+from tessera.cluster.domain.requirements import GpuRequest, Pod, PodPhase, PodRequirements
 from tessera.cluster.port import EventType, WatchEvent
 from tessera.scheduler.adapters.kube import InventoryBinder
 from tessera.scheduler.config import SchedulerSettings
@@ -108,3 +108,33 @@ async def test_pods_of_other_schedulers_hold_capacity_until_they_end() -> None:
     await watches.apply(NO_REPO, "pod", WatchEvent(EventType.MODIFIED, ended, "3"))
     assert state.assembly.cache.allocation("kube-system/daemon") is None
     assert state.assembly.queue.parked() == (), "the freed capacity wakes the gang"
+
+
+async def test_mig_devices_held_by_pods_of_other_schedulers_are_not_offered() -> None:
+    """Before, a foreign pod's MIG devices were left out of what it holds: they looked free."""
+    node = gpu_node("a100-0", "A100-80GB", 1, mig_config="all-1g.10gb")  # 7 slices of 1g.10gb
+    state, watches = world(node)
+    by_request = Pod(
+        "other",
+        "infer-a",
+        PodRequirements(gpu=GpuRequest.mig("1g.10gb", 4)),
+        scheduler_name="default-scheduler",
+        node_name="a100-0",
+        phase=PodPhase.RUNNING,
+    )
+    slices = tuple(
+        GpuShare(node.gpus[0].uuid, mig=MigSlice(i.profile, i.start, i.uuid))
+        for i in node.gpus[0].mig_instances[4:]
+    )
+    by_assignment = dataclasses.replace(
+        by_request, name="infer-b", assignment=DeviceAssignment("a100-0", slices)
+    )
+    for pod in (by_request, by_assignment):
+        await watches.apply(NO_REPO, "pod", WatchEvent(EventType.MODIFIED, pod, "2"))
+
+    held = [state.assembly.cache.allocation(f"other/{name}") for name in ("infer-a", "infer-b")]
+    assert [a.mig if a else None for a in held] == [(("1g.10gb", 4),), (("1g.10gb", 3),)]
+    scheduler = state.assembly.scheduler
+    scheduler.submit(make_gang("infer", 1, gpus=0, mig=MappingProxyType({"1g.10gb": 1})))
+    (outcome,) = scheduler.run(now=100.0)
+    assert outcome.kind is OutcomeKind.UNSCHEDULABLE, "all 7 slices are held"

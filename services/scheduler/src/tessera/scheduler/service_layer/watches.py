@@ -19,7 +19,7 @@ from typing import Any
 
 from tessera.cluster.cache import pod_key
 from tessera.cluster.conventions.names import SCHEDULER_NAME
-from tessera.cluster.domain import Node, Pod, PodGroup
+from tessera.cluster.domain import GpuRequestKind, Node, Pod, PodGroup
 from tessera.cluster.port import EventType, WatchEvent
 from tessera.contracts.jobs import JobSpec
 from tessera.core.observability.ratelimit import RateLimitedLog
@@ -101,13 +101,22 @@ def native_of(
 
 
 def foreign_allocation(pod: Pod, uuids: Mapping[int, str]) -> Allocation:
-    """What a pod of another scheduler holds: CPU and memory, and the GPUs its assignment names.
+    """What a pod of another scheduler holds: CPU and memory, the GPUs its assignment names, and its
+    MIG devices.
 
     GPUs handed out by the device plugin without Tessera's annotation cannot be told apart, so only
-    annotated ones are counted."""
+    annotated ones are counted. MIG devices are counted by profile, as the node advertises them:
+    the slices its assignment names, else those its request asks for (``nvidia.com/mig-<profile>``)."""
     index_of = {uuid: index for index, uuid in uuids.items()}
     shares = pod.assignment.shares if pod.assignment is not None else ()
     gpus = tuple((index_of[s.gpu_uuid], s.milli) for s in shares if s.gpu_uuid in index_of and s.mig is None)
+    mig: dict[str, int] = {}
+    for share in shares:
+        if share.mig is not None:
+            mig[share.mig.profile] = mig.get(share.mig.profile, 0) + 1
+    request = pod.requirements.gpu
+    if not mig and request.kind is GpuRequestKind.MIG and request.mig_profile and request.count > 0:
+        mig[request.mig_profile] = request.count
     key = pod_key(pod)
     return Allocation(
         key,
@@ -116,6 +125,7 @@ def foreign_allocation(pod: Pod, uuids: Mapping[int, str]) -> Allocation:
         gpus,
         pod.requirements.cpu_milli,
         pod.requirements.memory_mib,
+        tuple(sorted(mig.items())),
     )
 
 

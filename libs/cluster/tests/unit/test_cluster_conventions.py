@@ -16,8 +16,10 @@ from tessera.cluster.conventions import (
     mig_count_label,
     mig_profile_of_resource,
     mig_resource_name,
+    parse_node,
     parse_pod,
     parse_pod_group,
+    quantity,
     time_slicing_config,
     time_slicing_replicas,
 )
@@ -230,3 +232,19 @@ def test_pod_group_parses_and_rejects_a_missing_min_member() -> None:
 def test_pods_without_names_are_refused() -> None:
     with pytest.raises(ValueError, match=r"metadata\.name"):
         parse_pod({"metadata": {}})
+
+
+@pytest.mark.parametrize("text", ["Infinity", "NaN", "-inf", "sNaN", "1e999999999", "100Ei", "1e99999999Ki"])
+def test_non_finite_and_out_of_range_quantities_are_value_errors(text: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(repr(text))):
+        quantity.parse_quantity(text)
+    with pytest.raises(ValueError):
+        quantity.count(text, "labels[nvidia.com/gpu.count]")
+    with pytest.raises(ValueError):
+        quantity.cpu_milli(text)
+
+
+def test_a_non_finite_gpu_count_label_is_a_value_error() -> None:
+    manifest = {"metadata": {"name": "n", "labels": {"nvidia.com/gpu.count": "Infinity"}}, "status": {}}
+    with pytest.raises(ValueError, match="Infinity"):
+        parse_node(manifest)

@@ -105,3 +105,29 @@ async def test_config_map_update_creates_a_missing_map() -> None:
     created = await fake.update_config_map("ns", "cm", lambda current: {**current, "a": "1"})
     assert created.data == {"a": "1"}
     assert (await fake.get_config_map("ns", "cm")) == created
+
+
+async def test_reflector_survives_an_unexpected_failure_and_relists() -> None:
+    attempts: list[str] = []
+
+    async def list_nodes() -> Listing[Node]:
+        return Listing((Node("a", 1, 1),), str(len(attempts) + 5))
+
+    async def watch(rv: str) -> AsyncIterator[WatchEvent[Node]]:
+        attempts.append(rv)
+        if len(attempts) == 1:
+            raise OverflowError("cannot convert Infinity to integer")  # a bug, not a cluster error
+        yield WatchEvent(EventType.MODIFIED, Node("a", 2, 2), "9")
+        await asyncio.Event().wait()
+
+    reflector: Reflector[Node] = Reflector("nodes", list_nodes, watch, key=lambda n: n.name, retry_delay=0.01)
+    task = asyncio.create_task(reflector.run())
+    try:
+        await reflector.wait_for(lambda store: store.get("a") == Node("a", 2, 2), 5)
+        assert not task.done()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert reflector.lists == 2  # started over from a fresh list
+    assert attempts == ["5", "6"]

@@ -102,6 +102,12 @@ class ClusterCache:
         calling ``start`` again waits for the same watches rather than starting a second set."""
         if not self._tasks:
             self._tasks = [asyncio.create_task(r.run(), name=f"reflector-{r.name}") for r in self.reflectors]
+        else:  # a reflector's run() never returns; one that did anyway is started again
+            for index, (reflector, task) in enumerate(zip(self.reflectors, self._tasks, strict=True)):
+                if task.done():
+                    self._tasks[index] = asyncio.create_task(
+                        reflector.run(), name=f"reflector-{reflector.name}"
+                    )
         async with asyncio.timeout(timeout):
             await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
 

@@ -32,12 +32,15 @@ class Reflector(Generic[T]):
         key: Callable[[T], str],
         *,
         retry_delay: float = 0.5,
+        max_retry_delay: float = 30.0,
     ) -> None:
         self.name = name
         self._list = list_fn
         self._watch = watch_fn
         self._key = key
         self._retry_delay = retry_delay
+        self._max_retry_delay = max_retry_delay
+        self._failures = 0  # unexpected failures in a row, for the backoff
         self._handlers: list[Handler[T]] = []
         self._changed = asyncio.Condition()
         self.store: dict[str, T] = {}
@@ -69,6 +72,19 @@ class Reflector(Generic[T]):
                     "watch connection failed, retrying", extra={"reflector": self.name, "error": str(exc)}
                 )
                 await asyncio.sleep(self._retry_delay)
+            except Exception:
+                # Anything else (a bug, a handler that raised): never leave the store silently frozen.
+                # Start over from a fresh list, after a backoff that grows while the failures go on.
+                self._failures += 1
+                delay = min(self._retry_delay * 2 ** min(self._failures - 1, 16), self._max_retry_delay)
+                log.exception(
+                    "reflector failed unexpectedly, relisting",
+                    extra={"reflector": self.name, "failures": self._failures, "retry_in_s": delay},
+                )
+                self.resource_version = None
+                await asyncio.sleep(delay)
+            else:
+                self._failures = 0
 
     async def wait_for(self, predicate: Callable[[dict[str, T]], bool], timeout: float = 10.0) -> None:
         """Wait until ``predicate(store)`` holds; TimeoutError otherwise."""

@@ -243,7 +243,7 @@ class KubernetesCluster:
         for obj in get(raw, "items", []):
             try:
                 items.append(parse(obj))
-            except ValueError as exc:
+            except Exception as exc:  # a malformed object of any kind, not only a ValueError
                 log.warning("skipping an object that does not parse", extra={"error": str(exc)})
         return Listing(tuple(items), str(get(get(raw, "metadata", {}), "resourceVersion", "")))
 

@@ -118,7 +118,7 @@ def _event(raw: dict[str, Any], parse: Callable[[dict[str, Any]], Any], name: st
     version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
     try:
         parsed = parse(obj)
-    except ValueError as exc:
+    except Exception as exc:  # a malformed object of any kind, not only a ValueError from the parser
         log.warning("skipping a watched object that does not parse", extra={"watch": name, "error": str(exc)})
         return None
     return WatchEvent(EventType(kind), parsed, version)

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from tessera.cluster.cache import ClusterCache
+from tessera.cluster.domain import MigConfigState, Node
 from tessera.cluster.kube import KubernetesCluster, api_client
+from tessera.cluster.port import EventType, Listing
 from tessera.devcluster.apiserver import ApiServer
 from tessera.devcluster.apiserver.resources import NODES
 
@@ -58,3 +60,41 @@ async def test_a_non_finite_quantity_label_does_not_stop_the_node_watch(
     await cache.nodes.wait_for(lambda nodes: "c" in nodes, timeout=5)
     task = next(t for t in cache._tasks if t.get_name() == "reflector-nodes")
     assert not task.done()
+
+
+async def test_a_node_the_mig_manager_reboots_is_seen_not_ready(
+    served: tuple[ApiServer, ClusterCache],
+) -> None:
+    server, cache = served
+
+    def rebooting(obj: dict[str, Any]) -> None:
+        obj["metadata"]["labels"]["nvidia.com/mig.config.state"] = "rebooting"
+        obj["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+
+    server.store.mutate(NODES, None, "a", rebooting)
+    await cache.nodes.wait_for(lambda nodes: "a" in nodes and not nodes["a"].ready, timeout=5)
+    assert cache.nodes.store["a"].mig_config_state is MigConfigState.REBOOTING
+
+
+async def test_a_node_that_stops_parsing_leaves_the_cache_as_a_relist_would_leave_it(
+    served: tuple[ApiServer, ClusterCache],
+) -> None:
+    server, cache = served
+    seen: list[tuple[EventType, str]] = []
+    cache.nodes.subscribe(lambda event: seen.append((event.type, event.object.name)))
+    server.store.mutate(NODES, None, "a", _label("nvidia.com/mig.config.state", "maybe"))
+    await cache.nodes.wait_for(lambda nodes: "a" not in nodes, timeout=5)
+    assert seen == [(EventType.DELETED, "a")]
+    assert set(cache.nodes.store) == {n.name for n in (await cache_listing(server)).items}
+    # Readable again: back in the cache.
+    server.store.mutate(NODES, None, "a", _label("nvidia.com/mig.config.state", "success"))
+    await cache.nodes.wait_for(lambda nodes: "a" in nodes, timeout=5)
+    assert seen[-1] == (EventType.ADDED, "a")
+
+
+async def cache_listing(server: ApiServer) -> Listing[Node]:
+    kube = KubernetesCluster(api_client(url=server.url))
+    try:
+        return await kube.list_nodes()
+    finally:
+        await kube.close()

@@ -19,6 +19,7 @@ from tessera.cluster.port import (
     EventType,
     EvictionBlocked,
     NotFound,
+    Unparseable,
     WatchExpired,
 )
 
@@ -86,6 +87,28 @@ async def test_stream_parses_events_split_across_chunks_and_skips_bookmarks_and_
         (EventType.DELETED, "a", "8"),
     ]
     assert response.released
+
+
+async def test_an_object_that_stops_parsing_is_reported_deleted_under_its_key() -> None:
+    bad = _node("a", "6")
+    bad["metadata"]["labels"] = {"nvidia.com/mig.config.state": "maybe"}
+    pod = {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "7"}, "spec": "not a spec"}
+    response = CannedResponse(
+        [
+            {"type": "ADDED", "object": _node("a", "5")},
+            {"type": "MODIFIED", "object": bad},
+            {"type": "ADDED", "object": pod},
+        ]
+    )
+    events = [e async for e in stream_events(lambda: response, parse_node, "nodes")]
+    assert [(e.type, e.resource_version) for e in events] == [
+        (EventType.ADDED, "5"),
+        (EventType.DELETED, "6"),
+        (EventType.DELETED, "7"),
+    ]
+    gone, gone_pod = events[1].object, events[2].object
+    assert isinstance(gone, Unparseable) and gone.key == "a" and "maybe" in gone.error
+    assert isinstance(gone_pod, Unparseable) and gone_pod.key == "ns/p"
 
 
 async def test_an_error_event_of_410_expires_the_watch() -> None:

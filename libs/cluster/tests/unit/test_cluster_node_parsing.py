@@ -81,7 +81,10 @@ def test_node_spec_taints_cordon_and_readiness() -> None:
 @pytest.mark.parametrize(
     ("patch", "reason"),
     [
-        ({"nvidia.com/mig.config.state": "maybe"}, r"mig\.config\.state.*pending, success, failed"),
+        (
+            {"nvidia.com/mig.config.state": "maybe"},
+            r"mig\.config\.state.*pending, rebooting, success, failed",
+        ),
         ({"nvidia.com/mig.strategy": "half"}, r"mig\.strategy"),
         ({"nvidia.com/gpu.count": "two"}, r"gpu\.count"),
     ],

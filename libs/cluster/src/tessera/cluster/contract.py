@@ -24,6 +24,7 @@ from tessera.cluster.port import (
     EventType,
     NotFound,
     PodSelector,
+    Unparseable,
     WatchEvent,
     WatchExpired,
 )
@@ -57,11 +58,13 @@ class ClusterHarness(Protocol):
         ...
 
 
-async def _take(stream: AsyncIterator[WatchEvent[T]], count: int) -> list[WatchEvent[T]]:
+async def _take(stream: AsyncIterator[WatchEvent[T | Unparseable]], count: int) -> list[WatchEvent[T]]:
     events: list[WatchEvent[T]] = []
     async with asyncio.timeout(WAIT):
         async for event in stream:
-            events.append(event)
+            item = event.object
+            assert not isinstance(item, Unparseable), f"a well-formed object did not parse: {item}"
+            events.append(WatchEvent(event.type, item, event.resource_version))
             if len(events) == count:
                 break
     return events

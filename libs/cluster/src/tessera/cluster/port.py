@@ -69,6 +69,18 @@ class WatchEvent(Generic[T_co]):
 
 
 @dataclass(frozen=True, slots=True)
+class Unparseable:
+    """What a watch delivers, as a DELETED event, for an object Tessera cannot read.
+
+    A list leaves such an object out, so a watch reports it gone too, and a cache drops what it
+    held under ``key`` ("namespace/name", or "name" for a cluster-wide object): relisting and
+    watching agree on what is there. ``error`` says why it did not parse."""
+
+    key: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class Listing(Generic[T_co]):
     items: tuple[T_co, ...]
     resource_version: str
@@ -155,19 +167,19 @@ class Cluster(Protocol):
 
     async def list_nodes(self) -> Listing[Node]: ...
 
-    def watch_nodes(self, resource_version: str) -> AsyncIterator[WatchEvent[Node]]: ...
+    def watch_nodes(self, resource_version: str) -> AsyncIterator[WatchEvent[Node | Unparseable]]: ...
 
     async def list_pods(self, selector: PodSelector = PodSelector()) -> Listing[Pod]: ...
 
     def watch_pods(
         self, resource_version: str, selector: PodSelector = PodSelector()
-    ) -> AsyncIterator[WatchEvent[Pod]]: ...
+    ) -> AsyncIterator[WatchEvent[Pod | Unparseable]]: ...
 
     async def list_pod_groups(self, namespace: str | None = None) -> Listing[PodGroup]: ...
 
     def watch_pod_groups(
         self, resource_version: str, namespace: str | None = None
-    ) -> AsyncIterator[WatchEvent[PodGroup]]: ...
+    ) -> AsyncIterator[WatchEvent[PodGroup | Unparseable]]: ...
 
     async def get_pod(self, ref: PodRef) -> Pod:
         """The pod now; NotFound if it does not exist."""

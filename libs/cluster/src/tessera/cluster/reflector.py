@@ -13,7 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Generic, TypeVar
 
-from tessera.cluster.port import ClusterError, EventType, Listing, WatchEvent, WatchExpired
+from tessera.cluster.port import ClusterError, EventType, Listing, Unparseable, WatchEvent, WatchExpired
 
 T = TypeVar("T")
 Handler = Callable[[WatchEvent[T]], None]
@@ -28,7 +28,7 @@ class Reflector(Generic[T]):
         self,
         name: str,
         list_fn: Callable[[], Awaitable[Listing[T]]],
-        watch_fn: Callable[[str], AsyncIterator[WatchEvent[T]]],
+        watch_fn: Callable[[str], AsyncIterator[WatchEvent[T | Unparseable]]],
         key: Callable[[T], str],
         *,
         retry_delay: float = 0.5,
@@ -113,13 +113,23 @@ class Reflector(Generic[T]):
         stream = self._watch(self.resource_version)
         try:
             async for event in stream:
-                key = self._key(event.object)
-                if event.type is EventType.DELETED:
+                self.resource_version = event.resource_version
+                item = event.object
+                if isinstance(item, Unparseable):
+                    # An object that no longer parses leaves the store, as a relist would leave it out.
+                    old = self.store.pop(item.key, None)
+                    if old is not None:
+                        await self._notify([WatchEvent(EventType.DELETED, old, event.resource_version)])
+                    continue
+                key = self._key(item)
+                kind = event.type
+                if kind is EventType.DELETED:
                     self.store.pop(key, None)
                 else:
-                    self.store[key] = event.object
-                self.resource_version = event.resource_version
-                await self._notify([event])
+                    if kind is EventType.MODIFIED and key not in self.store:
+                        kind = EventType.ADDED  # new to the store (it did not parse before), as in client-go
+                    self.store[key] = item
+                await self._notify([WatchEvent(kind, item, event.resource_version)])
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:

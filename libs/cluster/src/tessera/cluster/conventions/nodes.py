@@ -197,7 +197,11 @@ def _applied_layout(
     model: GpuModel, mig_config: str | None, mig_state: MigConfigState | None
 ) -> tuple[bool, tuple[str, ...]] | None:
     """The MIG layout the node's GPUs are in: only once the MIG manager reports success (or says nothing)."""
-    if mig_config is None or mig_state in (MigConfigState.PENDING, MigConfigState.FAILED):
+    if mig_config is None or mig_state in (
+        MigConfigState.PENDING,
+        MigConfigState.REBOOTING,
+        MigConfigState.FAILED,
+    ):
         return None
     if model.name not in CATALOGUE:
         return None

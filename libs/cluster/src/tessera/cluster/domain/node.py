@@ -18,9 +18,13 @@ class TaintEffect(StrEnum):
 
 
 class MigConfigState(StrEnum):
-    """The MIG manager's progress on a requested layout (`nvidia.com/mig.config.state`)."""
+    """The MIG manager's progress on a requested layout (`nvidia.com/mig.config.state`).
+
+    `rebooting` is set by NVIDIA's mig-manager while it reboots the node to apply a layout (on GPUs
+    that need it); the layout is not in place yet, as with `pending`."""
 
     PENDING = "pending"
+    REBOOTING = "rebooting"
     SUCCESS = "success"
     FAILED = "failed"
 

@@ -41,6 +41,7 @@ from tessera.cluster.port import (
     Listing,
     NotFound,
     PodSelector,
+    Unparseable,
     WatchEvent,
 )
 from tessera.cluster.retry import update_config_map_with_retry
@@ -83,7 +84,7 @@ class KubernetesCluster:
     async def list_nodes(self) -> Listing[Node]:
         return await self._list(self._core.list_node, (), parse_node, {})
 
-    def watch_nodes(self, resource_version: str) -> AsyncIterator[WatchEvent[Node]]:
+    def watch_nodes(self, resource_version: str) -> AsyncIterator[WatchEvent[Node | Unparseable]]:
         return self._watch(self._core.list_node, (), parse_node, resource_version, {}, "nodes")
 
     async def list_pods(self, selector: PodSelector = PodSelector()) -> Listing[Pod]:
@@ -92,7 +93,7 @@ class KubernetesCluster:
 
     def watch_pods(
         self, resource_version: str, selector: PodSelector = PodSelector()
-    ) -> AsyncIterator[WatchEvent[Pod]]:
+    ) -> AsyncIterator[WatchEvent[Pod | Unparseable]]:
         method, args, params = self._pod_query(selector)
         return self._watch(method, args, parse_pod, resource_version, params, "pods")
 
@@ -102,7 +103,7 @@ class KubernetesCluster:
 
     def watch_pod_groups(
         self, resource_version: str, namespace: str | None = None
-    ) -> AsyncIterator[WatchEvent[PodGroup]]:
+    ) -> AsyncIterator[WatchEvent[PodGroup | Unparseable]]:
         method, args = self._pod_group_query(namespace)
         return self._watch(method, args, parse_pod_group, resource_version, {}, "podgroups")
 
@@ -255,7 +256,7 @@ class KubernetesCluster:
         resource_version: str,
         params: dict[str, Any],
         name: str,
-    ) -> AsyncIterator[WatchEvent[T]]:
+    ) -> AsyncIterator[WatchEvent[T | Unparseable]]:
         timeout = self._watch_timeout
 
         def open_stream() -> Any:

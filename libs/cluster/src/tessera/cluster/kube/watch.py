@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -19,10 +20,14 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from tessera.cluster.kube.errors import status_message, translate
-from tessera.cluster.port import ClusterError, EventType, WatchEvent, WatchExpired
+from tessera.cluster.port import ClusterError, EventType, Unparseable, WatchEvent, WatchExpired
 
 _END = object()
 log = logging.getLogger(__name__)
+
+_LOG_EVERY_S = 300.0  # an object that stays unparseable is logged once per this, not on every change
+_LOGGED_MAX = 4096
+_logged: dict[tuple[str, str], float] = {}
 
 
 async def stream_events(
@@ -33,7 +38,8 @@ async def stream_events(
     """Yield parsed watch events from ``open_stream()`` (a raw urllib3 response) until it ends.
 
     Raises WatchExpired on a 410 (as an HTTP status or an ERROR event), ClusterError otherwise.
-    BOOKMARK events only move the resourceVersion on; objects that fail to parse are skipped.
+    BOOKMARK events only move the resourceVersion on. An object that fails to parse comes as a
+    DELETED event carrying `Unparseable` (its key and why), as a list would leave it out.
     """
     loop = asyncio.get_running_loop()
     pending: collections.deque[Any] = collections.deque()
@@ -115,10 +121,42 @@ def _event(raw: dict[str, Any], parse: Callable[[dict[str, Any]], Any], name: st
         raise ClusterError(f"watch {name}: {status_message(json.dumps(obj))}")
     if kind == "BOOKMARK" or kind not in ("ADDED", "MODIFIED", "DELETED"):
         return None
-    version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+    metadata: dict[str, Any] = obj.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        metadata = {}
+    version = str(metadata.get("resourceVersion", ""))
     try:
         parsed = parse(obj)
     except Exception as exc:  # a malformed object of any kind, not only a ValueError from the parser
-        log.warning("skipping a watched object that does not parse", extra={"watch": name, "error": str(exc)})
-        return None
+        key = _key(metadata)
+        if key is None:  # nameless: no store can hold it
+            log.warning("skipping a watched object without a name", extra={"watch": name, "error": str(exc)})
+            return None
+        if kind != "DELETED":
+            _log_unparseable(name, key, exc)
+        # Whatever the event, the object is gone as far as Tessera can tell, as it is from a list.
+        return WatchEvent(EventType.DELETED, Unparseable(key, str(exc)), version)
     return WatchEvent(EventType(kind), parsed, version)
+
+
+def _key(metadata: dict[str, Any]) -> str | None:
+    namespace, name = metadata.get("namespace"), metadata.get("name")
+    if not name:
+        return None
+    return f"{namespace}/{name}" if namespace else str(name)
+
+
+def _log_unparseable(watch: str, key: str, exc: Exception) -> None:
+    now = time.monotonic()
+    if now - _logged.get((watch, key), -_LOG_EVERY_S) < _LOG_EVERY_S:
+        log.debug(
+            "a watched object still does not parse", extra={"watch": watch, "key": key, "error": str(exc)}
+        )
+        return
+    if len(_logged) >= _LOGGED_MAX:
+        _logged.clear()
+    _logged[(watch, key)] = now
+    log.warning(
+        "a watched object does not parse: treated as deleted",
+        extra={"watch": watch, "key": key, "error": str(exc)},
+    )

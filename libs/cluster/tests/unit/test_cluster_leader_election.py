@@ -225,3 +225,46 @@ def test_durations_that_would_let_two_lead_are_refused(
 def test_identities_are_unique_per_process_start() -> None:
     first, second = default_identity(), default_identity()
     assert first != second and first.rsplit("_", 1)[0] == second.rsplit("_", 1)[0]
+
+
+class SlowAnswers(MemoryLeaseView):
+    """Writes land on the server at once, but their answers take ``delay`` to come back."""
+
+    def __init__(self, lease: MemoryLease, down: list[bool], delay: float) -> None:
+        super().__init__(lease, down)
+        self.delay = delay
+
+    async def create(self, record: LeaseRecord) -> LeaseRecord:
+        stored = await super().create(record)
+        await asyncio.sleep(self.delay)
+        return stored
+
+    async def update(self, record: LeaseRecord) -> LeaseRecord:
+        stored = await super().update(record)
+        await asyncio.sleep(self.delay)
+        return stored
+
+
+async def test_a_leader_whose_answer_came_late_counts_its_deadline_from_the_request() -> None:
+    # a's write is stored at once but answered just inside the renew deadline, and a is cut off right
+    # after. b saw the write straight away, so it takes over one lease duration after it; a must
+    # have stopped before then, counting its renew deadline from when it sent the write.
+    lease, timeline = MemoryLease(), []  # type: list[tuple[str, str]]
+    down = [False]
+    a = Candidate(lease, "a", timeline)
+    a.down = down
+    a.elector = LeaderElector(SlowAnswers(lease, down, 0.9 * FAST.renew_deadline_s), "a", FAST, name="a")
+    lead_a = a.lead
+
+    async def lead_then_cut_off(lost: asyncio.Event) -> None:
+        down[0] = True
+        await lead_a(lost)
+
+    a.task = asyncio.ensure_future(a.elector.run(a.stop, lead_then_cut_off))
+    await asyncio.sleep(0.02)
+    b = Candidate(lease, "b", timeline).start()
+    await until(lambda: b.elector.leading)
+    assert leading(timeline)[-2:] == ["", "b"]  # and never two at once on the way
+    down[0] = False
+    await a.stopped()
+    await b.stopped()

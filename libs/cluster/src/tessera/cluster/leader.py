@@ -157,7 +157,11 @@ class LeaderElector:
 
     async def _acquire(self, stop: asyncio.Event) -> bool:
         while not stop.is_set():
-            if await self._try_once(self.config.renew_deadline_s):
+            # Bounded like a renewal: an answer that comes back after the renew deadline counted from
+            # the request would have to be given up at once anyway.
+            sent = await self._try_once(self.config.renew_deadline_s)
+            if sent is not None:
+                self._renewed_at = sent
                 self.leading = True
                 self.transitions += 1
                 log.info("became the leader", extra={"lease": self.name, "identity": self.identity})
@@ -198,15 +202,20 @@ class LeaderElector:
             log.exception("the leader's work failed", extra={"lease": self.name})
 
     async def _keep_renewing(self, stop: asyncio.Event, lost: asyncio.Event) -> None:
-        renewed = self._clock()
+        # The renew deadline runs from when the last successful write was *sent*, as in client-go: the
+        # server may have stored it at any instant up to the answer, and the followers count the
+        # lease duration from when they saw it, which can be long before the answer came back here.
+        renewed = self._renewed_at if self._renewed_at is not None else self._clock()
+        deadline = self.config.renew_deadline_s
         while not stop.is_set():
-            if await _wait(stop, self.config.retry_period_s):
+            left = deadline - (self._clock() - renewed)
+            if await _wait(stop, min(self.config.retry_period_s, max(left, 0.0))):
                 return
-            left = self.config.renew_deadline_s - (self._clock() - renewed)
-            if left > 0 and await self._try_once(left):
-                renewed = self._clock()
+            left = deadline - (self._clock() - renewed)
+            if left > 0 and (sent := await self._try_once(left)) is not None:
+                renewed = self._renewed_at = sent
                 continue
-            if self._clock() - renewed >= self.config.renew_deadline_s or not self._holds():
+            if self._clock() - renewed >= deadline or not self._holds():
                 log.error(
                     "lost the lease: not renewed within the renew deadline"
                     if self._holds()
@@ -224,15 +233,18 @@ class LeaderElector:
 
     # -- one try -------------------------------------------------------------------------------
 
-    async def _try_once(self, timeout: float) -> bool:
+    async def _try_once(self, timeout: float) -> float | None:
+        """One bounded try; on success, the clock's time when it began (before any request was sent)."""
+        sent = self._clock()
         try:
-            return await asyncio.wait_for(self.try_acquire_or_renew(), timeout=max(timeout, 0.05))
+            held = await asyncio.wait_for(self.try_acquire_or_renew(), timeout=max(timeout, 0.05))
         except (TimeoutError, ClusterError, OSError) as error:
             log.info(
                 "could not read or write the lease",
                 extra={"lease": self.name, "error": str(error) or "timeout"},
             )
-            return False
+            return None
+        return sent if held else None
 
     async def try_acquire_or_renew(self) -> bool:
         """One round of client-go's ``tryAcquireOrRenew``: True when this candidate holds the lease."""

@@ -131,3 +131,25 @@ async def test_reflector_survives_an_unexpected_failure_and_relists() -> None:
             await task
     assert reflector.lists == 2  # started over from a fresh list
     assert attempts == ["5", "6"]
+
+
+async def test_a_watch_that_ends_at_once_without_events_is_not_reopened_in_a_hot_loop() -> None:
+    opened = 0
+
+    async def list_nodes() -> Listing[Node]:
+        return Listing((), "5")
+
+    async def watch(rv: str) -> AsyncIterator[WatchEvent[Node]]:
+        nonlocal opened
+        opened += 1
+        return
+        yield  # an async generator that ends at once
+
+    reflector: Reflector[Node] = Reflector("nodes", list_nodes, watch, key=lambda n: n.name)
+    task = asyncio.create_task(reflector.run())
+    await asyncio.sleep(2.0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert reflector.lists == 1
+    assert 3 <= opened <= 10, opened  # backing off to a second apart, not thousands a second

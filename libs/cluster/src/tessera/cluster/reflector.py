@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Generic, TypeVar
 
@@ -19,6 +20,9 @@ T = TypeVar("T")
 Handler = Callable[[WatchEvent[T]], None]
 
 log = logging.getLogger(__name__)
+
+EMPTY_WATCH_DELAY_S = 0.05
+EMPTY_WATCH_MAX_DELAY_S = 1.0
 
 
 class Reflector(Generic[T]):
@@ -41,6 +45,7 @@ class Reflector(Generic[T]):
         self._retry_delay = retry_delay
         self._max_retry_delay = max_retry_delay
         self._failures = 0  # unexpected failures in a row, for the backoff
+        self._empty_watches = 0  # quick watches in a row that ended without an event
         self._handlers: list[Handler[T]] = []
         self._changed = asyncio.Condition()
         self.store: dict[str, T] = {}
@@ -59,8 +64,10 @@ class Reflector(Generic[T]):
             try:
                 if self.resource_version is None:
                     await self._relist()
-                await self._watch_once()
+                started = time.monotonic()
+                delivered = await self._watch_once()
                 self.resumes += 1
+                await self._pause_after_an_empty_watch(delivered, time.monotonic() - started)
             except WatchExpired:
                 log.info("watch expired, relisting", extra={"reflector": self.name})
                 self.resource_version = None
@@ -86,6 +93,16 @@ class Reflector(Generic[T]):
             else:
                 self._failures = 0
 
+    async def _pause_after_an_empty_watch(self, delivered: int, lasted: float) -> None:
+        """A watch that ends cleanly at once with nothing in it (a proxy that closes it, a confused
+        server) is reopened after a pause that grows to EMPTY_WATCH_MAX_DELAY_S, never in a hot loop."""
+        if delivered or lasted >= EMPTY_WATCH_MAX_DELAY_S:
+            self._empty_watches = 0
+            return
+        self._empty_watches += 1
+        delay = min(EMPTY_WATCH_DELAY_S * 2 ** min(self._empty_watches - 1, 16), EMPTY_WATCH_MAX_DELAY_S)
+        await asyncio.sleep(delay)
+
     async def wait_for(self, predicate: Callable[[dict[str, T]], bool], timeout: float = 10.0) -> None:
         """Wait until ``predicate(store)`` holds; TimeoutError otherwise."""
         async with asyncio.timeout(timeout), self._changed:
@@ -108,11 +125,14 @@ class Reflector(Generic[T]):
         await self._notify(events)
         self.synced.set()
 
-    async def _watch_once(self) -> None:
+    async def _watch_once(self) -> int:
+        """Follow one watch stream until it ends; how many events it delivered."""
         assert self.resource_version is not None
         stream = self._watch(self.resource_version)
+        delivered = 0
         try:
             async for event in stream:
+                delivered += 1
                 self.resource_version = event.resource_version
                 item = event.object
                 if isinstance(item, Unparseable):
@@ -134,6 +154,7 @@ class Reflector(Generic[T]):
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
+        return delivered
 
     async def _notify(self, events: list[WatchEvent[T]]) -> None:
         for event in events:

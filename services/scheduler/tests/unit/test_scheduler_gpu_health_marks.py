@@ -103,6 +103,33 @@ async def test_in_cluster_mode_a_mark_outlives_node_updates_and_rebuilds(
     assert healthy(engine) == [True, False], "the rebuild lays the mark on again"
 
 
+async def test_in_cluster_mode_a_node_made_again_with_other_gpus_inherits_no_mark(
+    uow: FakeUnit, cluster: tuple[FakeCluster, ClusterSide]
+) -> None:
+    fake, side = cluster
+    engine = SchedulingEngine(lambda: uow, SchedulerSettings(), side)
+    engine.deciding = True
+    await engine.cycle()
+    engine.gpu_unhealthy("gpu-0", 1)
+    await engine.cycle()
+    assert healthy(engine) == [True, False]
+
+    fake.delete_node("gpu-0")  # repaired: it registers again under the same name, with other GPUs
+    await settle()
+    await engine.cycle()
+    repaired = gpu_node("gpu-0", "A100-80GB", 2)
+    other_gpus = tuple(dataclasses.replace(g, uuid=f"{g.uuid}-new") for g in repaired.gpus)
+    fake.add_node(dataclasses.replace(repaired, gpus=other_gpus))
+    await settle()
+    await engine.cycle()
+    assert healthy(engine) == [True, True]
+    await report(uow, True, True)  # an inventory change (of the old GPUs) syncs the marks again
+    await engine.cycle()
+    engine.state = None
+    await engine.cycle()
+    assert healthy(engine) == [True, True], "the old GPU's mark does not land on the new GPU"
+
+
 async def test_in_cluster_mode_the_stored_inventory_is_telemetry_s_word_on_its_gpus(
     uow: FakeUnit, cluster: tuple[FakeCluster, ClusterSide]
 ) -> None:

@@ -138,3 +138,23 @@ async def test_mig_devices_held_by_pods_of_other_schedulers_are_not_offered() ->
     scheduler.submit(make_gang("infer", 1, gpus=0, mig=MappingProxyType({"1g.10gb": 1})))
     (outcome,) = scheduler.run(now=100.0)
     assert outcome.kind is OutcomeKind.UNSCHEDULABLE, "all 7 slices are held"
+
+
+def test_a_foreign_pod_whose_mig_devices_do_not_fit_still_holds_its_cpu_and_memory() -> None:
+    """The node does not advertise its MIG devices just now (its device plugin restarts): the pod's
+    slices cannot be counted, but its CPU and memory are."""
+    from tessera.cluster.domain.requirements import GpuRequest
+    from tessera.scheduler.service_layer.watches import foreign_allocation, hold_foreign
+
+    state, _ = world(gpu_node("n1", "A100-80GB", 1, cpu_milli=8000))
+    pod = Pod(
+        "x",
+        "p",
+        PodRequirements(cpu_milli=6000, memory_mib=1000, gpu=GpuRequest.mig("1g.10gb", 1)),
+        scheduler_name="default-scheduler",
+        node_name="n1",
+    )
+    hold_foreign(state.assembly.cache, foreign_allocation(pod, {}))
+    held = state.assembly.cache.allocation("x/p")
+    assert held is not None and (held.cpu_milli, held.memory_mib, held.mig) == (6000, 1000, ())
+    assert state.assembly.cache.node("n1").cpu_used == 6000

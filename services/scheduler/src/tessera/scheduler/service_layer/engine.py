@@ -74,9 +74,10 @@ class SchedulingEngine:
         self._wake = asyncio.Event()
         self._events: deque[tuple[str, WatchEvent[object]]] = deque()
         self._unhealthy: deque[tuple[str, int]] = deque()
-        # Telemetry's "GPU unhealthy" marks in cluster mode, by node: the node records come from the
-        # API and know nothing of them, so each rebuild lays them on again (_sync_health_marks).
-        self._health_marks: dict[str, set[int]] = {}
+        # Telemetry's "GPU unhealthy" marks in cluster mode, by GPU UUID (a node made again under the
+        # same name has other GPUs): the node records come from the API and know nothing of them, so
+        # each rebuild lays them on again (_sync_health_marks).
+        self._health_marks: set[str] = set()
         self._next_preemption: float | None = None
         self._version = -1
         self.state: EngineState | None = None
@@ -204,8 +205,9 @@ class SchedulingEngine:
                 if node in state.nodes:
                     with contextlib.suppress(CacheConflict):
                         state.assembly.scheduler.gpu_health_changed(node, index, False, now)
-                        if self.cluster is not None:
-                            self._health_marks.setdefault(node, set()).add(index)
+                        uuid = state.uuids.get(node, {}).get(index)
+                        if self.cluster is not None and uuid is not None:
+                            self._health_marks.add(uuid)
             await self._finish_ended(repo, uow, now)
             self._next_preemption = await preempt_due(repo, uow, state, self.cluster, self.settings, now)
             loop = asyncio.get_running_loop()
@@ -245,23 +247,23 @@ class SchedulingEngine:
         """Cluster mode: the cache's "GPU unhealthy" marks follow telemetry. The stored inventory is
         its last word on each GPU it names (matched by UUID; a ``gpu_unhealthy`` is written into it
         too): a GPU it reports unhealthy is marked, one it reports healthy loses its mark. Marks for
-        GPUs it does not name (no report for the node, other UUIDs) are those this process received,
-        kept across rebuilds in the engine, not in the database. A mark is lifted only where the
-        node's own record says the GPU is healthy."""
+        GPUs it does not name (no report for the node yet) are those this process received, kept by
+        GPU UUID across rebuilds in the engine, not in the database; a node made again under the same
+        name with other GPUs inherits none. A mark is lifted only where the node's own record says
+        the GPU is healthy."""
         assert self.state is not None
         state = self.state
         for inventory in await repo.inventory():
-            index_of = {uuid: index for index, uuid in state.uuids.get(inventory.name, {}).items()}
-            marks = self._health_marks.setdefault(inventory.name, set())
             for gpu in inventory.gpus:
-                if gpu.uuid in index_of:
-                    if gpu.healthy:
-                        marks.discard(index_of[gpu.uuid])
-                    else:
-                        marks.add(index_of[gpu.uuid])
+                if gpu.healthy:
+                    self._health_marks.discard(gpu.uuid)
+                else:
+                    self._health_marks.add(gpu.uuid)
         scheduler, cache = state.assembly.scheduler, state.assembly.cache
         for node, info in state.nodes.items():
-            wanted, have = self._health_marks.get(node, set()), cache.health_marks(node)
+            uuids = state.uuids.get(node, {})
+            wanted = {index for index, uuid in uuids.items() if uuid in self._health_marks}
+            have = cache.health_marks(node)
             for index in sorted(wanted - have):
                 if index < len(info.gpus):
                     scheduler.gpu_health_changed(node, index, False, now)

@@ -130,10 +130,21 @@ def foreign_allocation(pod: Pod, uuids: Mapping[int, str]) -> Allocation:
 
 
 def hold_foreign(cache: SchedulerCache, allocation: Allocation) -> None:
-    """Count a pod another scheduler placed as bound; best effort: one the cache cannot fit (its
-    node is already full in our books) is left out rather than failing the cycle."""
-    with contextlib.suppress(CacheConflict):
+    """Count a pod another scheduler placed as bound; best effort: GPUs or MIG devices the cache
+    cannot fit (the node does not advertise them just now, say while its device plugin restarts) are
+    left out, but its CPU and memory are still counted; a pod whose CPU and memory do not fit either
+    (the node is already full in our books) is left out rather than failing the cycle."""
+    try:
         cache.assume(allocation)
+    except CacheConflict:
+        if not (allocation.gpu_milli or allocation.mig):
+            return
+        allocation = replace(allocation, gpu_milli=(), mig=())
+        try:
+            cache.assume(allocation)
+        except CacheConflict:
+            return
+    with contextlib.suppress(CacheConflict):
         cache.confirm_bound(allocation.pod)
 
 

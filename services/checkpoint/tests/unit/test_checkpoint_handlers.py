@@ -304,3 +304,47 @@ async def test_a_finished_job_is_forgotten_and_its_open_request_cancelled_silent
     assert uow.outbox == []
     await handle(on.on_gang_placed(deps), placed("n3"), uow, at=clock() - timedelta(seconds=1))
     assert uow.stored.jobs[JOB].pods == {}, "a placement delivered after the job's end is stale"
+
+
+async def test_an_earlier_runs_end_delivered_late_leaves_the_run_now_and_its_request_alone(
+    deps: CheckpointDeps, uow: Any, clock: Any
+) -> None:
+    """Run 1 was preempted; the job was admitted and placed again; run 1's `job_finished` comes again
+    (a redelivery, or another consumer's lag). It must not end run 2 nor cancel run 2's request."""
+    spec = a_job("train").with_(checkpointable=True).build()
+    start = clock()
+    await handle(on.on_job_admitted(deps), JobAdmitted(job_id=JOB, spec=spec, submitted_at=start), uow)
+    first_end = JobFinished(job_id=JOB, state="preempted", reason="preempted", at=clock.advance(5))
+    await handle(on.on_job_finished(deps), first_end, uow)
+    again = JobAdmitted(job_id=JOB, spec=spec, submitted_at=start)
+    await handle(on.on_job_admitted(deps), again, uow, at=clock.advance(5))
+    await handle(on.on_gang_placed(deps), placed("n0"), uow, at=clock.advance(1))
+    command = await ask(deps, uow)
+
+    await handle(on.on_job_finished(deps), first_end, uow)
+
+    job = uow.stored.jobs[JOB]
+    assert not job.finished and job.pods == {f"{JOB}-0": "n0"}
+    assert uow.stored.requests[command.request_id].state is RequestState.SAVING, "still open"
+
+
+async def test_an_earlier_admission_delivered_late_does_not_undo_the_latest_one(
+    deps: CheckpointDeps, uow: Any, clock: Any
+) -> None:
+    start = clock()
+    plain = a_job("train").with_(checkpointable=False).build()
+    saving = a_job("train").with_(checkpointable=True).build()
+    first = JobAdmitted(job_id=JOB, spec=plain, submitted_at=start)
+    await handle(on.on_job_admitted(deps), first, uow, at=start)
+    await handle(
+        on.on_job_admitted(deps),
+        JobAdmitted(job_id=JOB, spec=saving, submitted_at=start),
+        uow,
+        at=clock.advance(5),
+    )
+    latest = uow.stored.jobs[JOB].admitted_at
+
+    await handle(on.on_job_admitted(deps), first, uow, at=start)  # run 1's admission, again
+
+    job = uow.stored.jobs[JOB]
+    assert (job.checkpointable, job.admitted_at) == (True, latest)

@@ -269,7 +269,8 @@ class Job:
 
     Events of admission and of the scheduler arrive on separate consumers, so each change carries the
     time it happened and an older one never undoes a newer one (a placement that arrives after the
-    job finished is ignored; so is an admission older than the job's end)."""
+    job finished is ignored; so is an admission older than the job's end or its latest admission, and
+    an end older than its latest admission)."""
 
     job_id: str
     checkpointable: bool | None = None  # None: not told yet
@@ -288,9 +289,13 @@ class Job:
         return self.finished_at is not None
 
     def admitted(self, checkpointable: bool, at: datetime) -> None:
+        if self.ended_before(at) or (self.admitted_at is not None and at < self.admitted_at):
+            # an old admission, delivered after the end of that run or after a later admission: it
+            # says nothing of the run now (it only fills in what was never told)
+            if self.checkpointable is None:
+                self.checkpointable = checkpointable
+            return
         self.checkpointable = checkpointable
-        if self.ended_before(at):
-            return  # an old admission, delivered after the end of that run
         self.admitted_at = at
         self.finished_at = None
 
@@ -313,9 +318,14 @@ class Job:
         if self.placed_at is None or at >= self.placed_at:
             self.pods = {}
 
-    def finish(self, at: datetime) -> None:
+    def finish(self, at: datetime) -> bool:
+        """The job left at `at`. False (nothing changed) when that is older than the job's latest
+        admission: the end of an earlier run, delivered late, which must not end the run now."""
+        if self.admitted_at is not None and at < self.admitted_at:
+            return False
         self.pods = {}
         self.finished_at = max(at, self.finished_at) if self.finished_at else at
+        return True
 
     def release_now(
         self,

@@ -148,7 +148,8 @@ async def gang_finished(uow: CheckpointUnitOfWork, event: GangFinished, at: date
 async def job_finished(uow: CheckpointUnitOfWork, event: JobFinished, now: datetime) -> None:
     """The job left: forget where it ran, and stop waiting for a checkpoint nobody will evict it for."""
     job = await uow.jobs.get(event.job_id)
-    job.finish(event.at)
+    if not job.finish(event.at):
+        return  # an earlier run's end, delivered after the job was admitted again: not this run's
     await uow.jobs.save(job)
     pending = await uow.requests.open_for(event.job_id)
     if pending is not None:

@@ -23,11 +23,13 @@ from tessera.scheduler.service_layer.watches import WatchState
 
 
 class Cluster:
-    """The API server as the scheduler's port sees it: a bind of a pod that is gone fails."""
+    """The API server as the scheduler's port sees it: binds are recorded; a bind of a pod that is
+    gone fails."""
 
     def __init__(self) -> None:
         self.pods: dict[str, Pod] = {}
         self.groups: dict[str, PodGroup] = {}
+        self.bound: list[Allocation] = []
         self.evicted: list[str] = []
         self.cache = SimpleNamespace(
             pods=SimpleNamespace(store=self.pods), pod_groups=SimpleNamespace(store=self.groups)
@@ -38,6 +40,7 @@ class Cluster:
         if pod is None:
             raise BindError(f"{allocation.pod}: not found")
         self.pods[allocation.pod] = dataclasses.replace(pod, node_name=allocation.node)
+        self.bound.append(allocation)
 
     def evict(self, allocation: Allocation) -> None:
         self.evicted.append(allocation.pod)

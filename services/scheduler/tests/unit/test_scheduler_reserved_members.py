@@ -7,77 +7,30 @@ CacheConflict out of the cycle."""
 
 from __future__ import annotations
 
-import dataclasses
-from types import SimpleNamespace
 from typing import Any
 
 from tessera.cluster.builders import gpu_node
-from tessera.cluster.domain.requirements import GpuRequest, GpuRequestKind, Pod, PodGroup, PodRequirements
+from tessera.cluster.domain.requirements import PodGroup
 from tessera.cluster.port import EventType, WatchEvent
-from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.cache import PodState
 from tessera.scheduler.domain.framework.builders import make_gang, make_node, with_members
-from tessera.scheduler.domain.framework.cluster_view import node_info
 from tessera.scheduler.domain.framework.cycle_state import CycleState
 from tessera.scheduler.domain.framework.status import Code
 from tessera.scheduler.domain.gang.assembly import assemble
 from tessera.scheduler.domain.gang.scheduler import OutcomeKind
-from tessera.scheduler.domain.plugins.reserve import ALLOCATION, BindError, DefaultBinder, RecordingBinder
+from tessera.scheduler.domain.plugins.reserve import ALLOCATION, DefaultBinder, RecordingBinder
 from tessera.scheduler.domain.snapshot import Allocation
-from tessera.scheduler.service_layer.engine_state import EngineState
 from tessera.scheduler.service_layer.outcomes import GangInfo
-from tessera.scheduler.service_layer.watches import WatchState
+
+from .test_scheduler_deleted_members import Cluster as BaseCluster
+from .test_scheduler_deleted_members import Repo, world
 
 
-class Cluster:
-    """The API server as the scheduler's port sees it: binds are recorded; a pod that is gone fails."""
+class Cluster(BaseCluster):
+    """The fake API server of test_scheduler_deleted_members, whose `add` hands back the ADDED event."""
 
-    def __init__(self) -> None:
-        self.pods: dict[str, Pod] = {}
-        self.groups: dict[str, PodGroup] = {}
-        self.bound: list[Allocation] = []
-        self.evicted: list[str] = []
-        self.cache = SimpleNamespace(
-            pods=SimpleNamespace(store=self.pods), pod_groups=SimpleNamespace(store=self.groups)
-        )
-
-    def bind(self, allocation: Allocation) -> None:
-        pod = self.pods.get(allocation.pod)
-        if pod is None:
-            raise BindError(f"{allocation.pod}: not found")
-        self.pods[allocation.pod] = dataclasses.replace(pod, node_name=allocation.node)
-        self.bound.append(allocation)
-
-    def evict(self, allocation: Allocation) -> None:
-        self.evicted.append(allocation.pod)
-
-    def add(self, name: str, gpus: int, group: str | None = None) -> WatchEvent[Any]:
-        gpu = GpuRequest(GpuRequestKind.WHOLE, count=gpus, milli=1000)
-        pod = Pod("ns", name, PodRequirements(gpu=gpu), scheduler_name="tessera", pod_group=group)
-        self.pods[f"ns/{name}"] = pod
-        return WatchEvent(EventType.ADDED, pod, "1")
-
-    def delete(self, name: str) -> WatchEvent[Any]:
-        gone = self.pods.pop(f"ns/{name}")
-        return WatchEvent(EventType.DELETED, dataclasses.replace(gone, deleting=True), "9")
-
-
-class Repo:
-    def __init__(self) -> None:
-        self.pending: set[str] = set()
-
-    async def add_pending(self, key: str, *_: Any, **__: Any) -> bool:
-        self.pending.add(key)
-        return True
-
-    async def remove_pending(self, key: str) -> None:
-        self.pending.discard(key)
-
-
-def world(cluster: Cluster, nodes: int, gpus: int = 8) -> tuple[EngineState, WatchState]:
-    infos = {f"gpu-{i}": node_info(gpu_node(f"gpu-{i}", "A100-80GB", gpus)) for i in range(nodes)}
-    state = EngineState(assemble(infos.values(), cluster, pipeline=False), {}, {}, {}, infos, cluster)
-    return state, WatchState(state, cluster, SchedulerSettings.model_validate({}), now=100.0)
+    def add(self, name: str, gpus: int, group: str | None = None) -> WatchEvent[Any]:  # type: ignore[override]
+        return WatchEvent(EventType.ADDED, super().add(name, gpus, group), "1")
 
 
 def gpus_bound(allocations: list[Allocation]) -> list[tuple[str, int]]:

@@ -23,17 +23,20 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Protocol, TypeVar, runtime_checkable
 
 from tessera.scheduler.domain.cache import PodState, SchedulerCache
 from tessera.scheduler.domain.framework.cycle_state import CycleState
-from tessera.scheduler.domain.framework.pod import PodSpec
-from tessera.scheduler.domain.framework.runtime import Framework, ScheduleResult
+from tessera.scheduler.domain.framework.runtime import Framework
 from tessera.scheduler.domain.framework.status import Code, Diagnosis, Reason, Status
+from tessera.scheduler.domain.gang.member_changes import Member, MemberChanges, Waiting
+from tessera.scheduler.domain.gang.outcome import GangOutcome as GangOutcome  # re-exported, with:
+from tessera.scheduler.domain.gang.outcome import OutcomeKind as OutcomeKind
+from tessera.scheduler.domain.gang.outcome import PodDecision as PodDecision
+from tessera.scheduler.domain.gang.outcome import decision_of
 from tessera.scheduler.domain.gang.queue import ALL_EVENTS, ClusterEvent, GangQueue, RequeueReason, hints_for
 from tessera.scheduler.domain.gang.registry import GangRegistry
 from tessera.scheduler.domain.gang.spec import GangSpec
@@ -74,78 +77,19 @@ DEFAULT_BIND_BATCH = 64
 """Gangs in flight at once: decided and binding, not yet finished."""
 
 
-class OutcomeKind(StrEnum):
-    PLACED = "placed"
-    WAITING = "waiting"
-    UNSCHEDULABLE = "unschedulable"
-    TIMED_OUT = "timed_out"
-    BIND_FAILED = "bind_failed"
-    BROKEN = "broken"
-
-
-@dataclass(frozen=True)
-class PodDecision:
-    """Why a member went where it went: the node, its score, and the nodes the filters turned away."""
-
-    pod: str
-    node: str
-    score: int
-    """The chosen node's weighted score; 0 when it was the only feasible node (nothing to compare)."""
-    feasible_nodes: int
-    nodes_considered: int
-    rejected: Mapping[str, int] = field(default_factory=dict)
-    """Nodes the filters rejected, counted by reason."""
-
-
-@dataclass(frozen=True)
-class GangOutcome:
-    """What happened to a gang; the service layer turns it into ``gang_placed``/``gang_unschedulable``."""
-
-    gang: str
-    kind: OutcomeKind
-    bound: tuple[Allocation, ...] = ()
-    evicted: tuple[Allocation, ...] = ()
-    reason: RequeueReason | None = None
-    message: str = ""
-    diagnosis: Diagnosis | None = None
-    deadline: float | None = None
-    # The member that fit nowhere, for an unschedulable gang.
-    pod: str | None = None
-    # For a placed gang: the decision behind each member bound in this attempt.
-    decisions: tuple[PodDecision, ...] = ()
-
-    @property
-    def nodes(self) -> frozenset[str]:
-        return frozenset(allocation.node for allocation in self.bound)
-
-
-@dataclass
-class _Member:
-    pod: PodSpec
-    state: CycleState
-    node: str
-    decision: PodDecision
-
-
-@dataclass
-class _Waiting:
-    deadline: float = float("inf")
-    members: dict[str, _Member] = field(default_factory=dict)
-
-
 @dataclass
 class _Ready:
     """A gang that reached quorum and waits for its binds: its reserved members, and the failure of
     the members beyond quorum that did not fit (they stay queued)."""
 
     gang: str
-    waiting: _Waiting
+    waiting: Waiting
     failure: tuple[RequeueReason, Diagnosis] | None
     bound: list[Allocation] = field(default_factory=list)
     bind_failure: Status | None = None
 
 
-class GangScheduler:
+class GangScheduler(MemberChanges):
     def __init__(
         self,
         framework: Framework,
@@ -168,7 +112,7 @@ class GangScheduler:
         self._pipeline: PipelinedRunner | None = (
             evictor if pipeline and isinstance(evictor, PipelinedRunner) else None
         )
-        self._waiting: dict[str, _Waiting] = {}
+        self._waiting: dict[str, Waiting] = {}
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -195,49 +139,6 @@ class GangScheduler:
         if released:
             self.queue.on_event(ClusterEvent.CAPACITY_FREED, now)
         return released
-
-    def members_gone(self, gang: str, present: Collection[str]) -> bool:
-        """Members never placed whose pods are not ``present`` any more (a user deleted a pod that
-        waited for a node) leave the gang, so no later attempt binds a pod that no longer exists: that
-        bind would fail and break the gang, evicting its running members. True when no member is
-        left and the gang is forgotten (the caller drops what it keeps of it)."""
-        if gang not in self.registry:
-            return False
-        spec, held = self.registry.spec(gang), self.registry.held(gang)
-        keep = tuple(m for m in spec.members if m.name in present or m.name in held)
-        if len(keep) == len(spec.members):
-            return False
-        if not keep:
-            self._waiting.pop(gang, None)
-            self.registry.remove(gang)
-            self.queue.remove(gang)
-            return True
-        self.registry.upsert(replace(spec, members=keep))
-        if not self.registry.pending(gang) and gang not in self._waiting:
-            self.queue.remove(gang)  # a gang waiting for its quorum stays queued until it times out
-        return False
-
-    def reservation_gone(self, pod: str, now: float) -> Allocation | None:
-        """A member reserved while its gang waits for quorum, not bound, whose pod went (deleted, being
-        deleted, or ended): its gang forgets the reservation everywhere (the waiting member and what
-        it reserved, the registry's mark, the cache's assumption) and keeps waiting for quorum with
-        the rest; parked gangs hear that capacity was freed. Binding the member at quorum would bind
-        a pod that is gone with GPUs another gang may have taken since. The member stays in the
-        gang's spec: :meth:`members_gone` drops it, now that it holds nothing, unless a pod of the
-        same name came back (that one is placed afresh). Returns the freed allocation, or None when
-        ``pod`` held no reservation."""
-        if self.cache.pod_state(pod) is not PodState.ASSUMED:
-            return None
-        allocation = self.cache.allocation(pod)
-        assert allocation is not None
-        waiting = self._waiting.get(allocation.gang)
-        member = waiting.members.pop(pod, None) if waiting is not None else None
-        if member is not None:
-            self.framework.run_unreserve(member.state, member.pod, member.node)
-        self.cache.forget(pod)
-        self.registry.unmark(allocation.gang, pod)
-        self.queue.on_event(ClusterEvent.CAPACITY_FREED, now)
-        return allocation
 
     def node_lost(self, node: str, now: float) -> list[GangOutcome]:
         """A node is gone: every gang with a member there is broken, evicted whole and requeued."""
@@ -384,7 +285,7 @@ class GangScheduler:
 
     def _decide(self, gang: str, now: float) -> GangOutcome | _Ready:
         """Reserve and permit the gang's pending members; a gang at quorum is ready to bind."""
-        waiting = self._waiting.setdefault(gang, _Waiting())
+        waiting = self._waiting.setdefault(gang, Waiting())
         failure: tuple[RequeueReason, Diagnosis] | None = None
         failed_pod: str | None = None
         for pod in self.registry.pending(gang):
@@ -400,7 +301,7 @@ class GangScheduler:
             if not status.ok:
                 failure = (RequeueReason.RESERVE_FAILED, Diagnosis.whole_pod(status, len(snapshot)))
                 break
-            waiting.members[pod.name] = _Member(pod, state, result.node, _decision(pod.name, result))
+            waiting.members[pod.name] = Member(pod, state, result.node, decision_of(pod.name, result))
             self.registry.mark_reserved(gang, pod.name)
             status, timeout = self.framework.run_permit(state, pod, result.node)
             if status.rejected:
@@ -415,7 +316,7 @@ class GangScheduler:
             return GangOutcome(
                 gang, OutcomeKind.WAITING, deadline=waiting.deadline, message=_waiting_message(self, gang)
             )
-        return _Ready(gang, self._waiting.pop(gang, _Waiting()), failure)
+        return _Ready(gang, self._waiting.pop(gang, Waiting()), failure)
 
     def _bind(
         self,
@@ -533,22 +434,6 @@ _TIMEOUT = Status.unschedulable(Reason.PERMIT_TIMEOUT)
 
 def _run_step(gang: str, step: Callable[[], T]) -> T:
     return step()
-
-
-_NO_REJECTIONS: Mapping[str, int] = {}
-
-
-def _decision(pod: str, result: ScheduleResult) -> PodDecision:
-    assert result.node is not None
-    filtered = result.filtered
-    return PodDecision(
-        pod,
-        result.node,
-        result.score,
-        result.feasible_nodes,
-        filtered.nodes_considered if filtered is not None else result.feasible_nodes,
-        filtered.rejected if filtered is not None else _NO_REJECTIONS,
-    )
 
 
 def _waiting_message(scheduler: GangScheduler, gang: str) -> str:

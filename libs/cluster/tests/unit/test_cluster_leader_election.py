@@ -11,8 +11,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
+from pydantic import ValidationError
 
 from tessera.cluster.leader import LeaderElectionConfig, LeaderElector, LeaseRecord, default_identity
+from tessera.cluster.leader_settings import LeaderElectionSettings
 from tessera.cluster.port import ClusterError, Conflict
 
 FAST = LeaderElectionConfig(lease_duration_s=0.6, renew_deadline_s=0.4, retry_period_s=0.1)
@@ -222,6 +224,13 @@ def test_durations_that_would_let_two_lead_are_refused(
         LeaderElectionConfig(*values)
 
 
+@pytest.mark.parametrize(("lease", "deadline"), [(10.0, 10.0), (8.0, 10.0)])
+def test_settings_refuse_a_renew_deadline_not_shorter_than_the_lease(lease: float, deadline: float) -> None:
+    with pytest.raises(ValidationError, match=r"lease_duration_s .* must exceed renew_deadline_s"):
+        LeaderElectionSettings(lease_name="tessera", lease_duration_s=lease, renew_deadline_s=deadline)
+    LeaderElectionSettings(lease_name="tessera", lease_duration_s=deadline + 1, renew_deadline_s=deadline)
+
+
 def test_identities_are_unique_per_process_start() -> None:
     first, second = default_identity(), default_identity()
     assert first != second and first.rsplit("_", 1)[0] == second.rsplit("_", 1)[0]
@@ -266,5 +275,76 @@ async def test_a_leader_whose_answer_came_late_counts_its_deadline_from_the_requ
     await until(lambda: b.elector.leading)
     assert leading(timeline)[-2:] == ["", "b"]  # and never two at once on the way
     down[0] = False
+    await a.stopped()
+    await b.stopped()
+
+
+class StubbornCandidate(Candidate):
+    """Its work does not heed ``lost``: only cancelling stops it."""
+
+    async def lead(self, lost: asyncio.Event) -> None:
+        self.timeline.append((self.name, "start"))
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.timeline.append((self.name, "stop"))
+
+
+class CutOffAfterAcquiring(MemoryLeaseView):
+    """The acquire is stored at once, its answer comes back ``late`` later on the clock ``now``, and
+    then the API server is gone."""
+
+    def __init__(self, lease: MemoryLease, now: list[float], late: float) -> None:
+        super().__init__(lease, [False])
+        self.now = now
+        self.late = late
+
+    async def create(self, record: LeaseRecord) -> LeaseRecord:
+        stored = await super().create(record)
+        self.now[0] += self.late
+        self.down[0] = True
+        return stored
+
+
+async def test_work_that_does_not_stop_is_cancelled_at_the_renew_deadline() -> None:
+    # client-go gives up leading at the renew deadline, counted from the last successful write's
+    # send; the work must not go on towards the lease duration, after which another may lead.
+    config = LeaderElectionConfig(lease_duration_s=1000.0, renew_deadline_s=0.5, retry_period_s=0.125)
+    now = [0.0]  # the acquire is sent at 0 and answered at 0.25; no renewal succeeds after it
+    lease, timeline = MemoryLease(), list[tuple[str, str]]()
+    a = StubbornCandidate(lease, "a", timeline)
+    a.elector = LeaderElector(CutOffAfterAcquiring(lease, now, 0.25), "a", config, clock=lambda: now[0])
+    cancelled_at: list[float] = []
+    lead = a.lead
+
+    async def work(lost: asyncio.Event) -> None:
+        try:
+            await lead(lost)
+        except asyncio.CancelledError:
+            cancelled_at.append(now[0])
+            raise
+
+    a.task = asyncio.ensure_future(a.elector.run(a.stop, work))
+    await until(lambda: timeline == [("a", "start")])
+    now[0] = 0.375  # inside the renew deadline: renewals fail, the work goes on
+    await asyncio.sleep(3 * config.retry_period_s)
+    assert a.elector.leading and timeline == [("a", "start")]
+    now[0] = 0.5  # the renew deadline since the acquire was sent
+    await until(lambda: not a.elector.leading)
+    assert timeline == [("a", "start"), ("a", "stop")] and cancelled_at == [0.5]
+    await a.stopped()
+
+
+async def test_a_leader_whose_work_does_not_stop_never_overlaps_the_next() -> None:
+    lease, timeline = MemoryLease(), list[tuple[str, str]]()
+    a = StubbornCandidate(lease, "a", timeline).start()
+    await until(lambda: a.elector.leading)
+    b = Candidate(lease, "b", timeline).start()
+    await asyncio.sleep(0.2)
+    a.down[0] = True  # a is cut off; its work would run on if it were not cancelled
+    await until(lambda: b.elector.leading)
+    assert leading(timeline)[-2:] == ["", "b"]  # and never two at once on the way
+    assert not a.elector.leading
+    a.down[0] = False
     await a.stopped()
     await b.stopped()

@@ -9,9 +9,10 @@ KubernetesLeaseLock`). Every ``retry_period_s`` each tries to acquire or renew i
   holder's timestamps with ours, so skewed clocks do not matter;
 - every write carries the resourceVersion read, so of two candidates racing, one gets a conflict.
 
-The leader renews every ``retry_period_s``; if no renewal succeeds for ``renew_deadline_s`` it stops
-leading (``lost`` is set and its work must stop) before anyone else can take over, which happens at
-the earliest ``lease_duration_s`` after its last renewal. kube-scheduler's defaults are 15 s, 10 s
+The leader renews every ``retry_period_s``; if no renewal succeeds for ``renew_deadline_s`` (counted
+from when the last successful renewal was sent) it stops leading: ``lost`` is set and its work, if it
+has not returned, is cancelled then, before anyone else can take over, which happens at the earliest
+``lease_duration_s`` after its last renewal. kube-scheduler's defaults are 15 s, 10 s
 and 2 s. On a clean stop the leader releases the lease (empty holder), so a follower takes over at
 its next retry instead of after the lease duration.
 
@@ -189,8 +190,14 @@ class LeaderElector:
             await self.release()  # if the lease is still ours (the work ended on its own): hand it on
 
     async def _finish(self, work: asyncio.Future[None]) -> None:
-        """Wait for the leader's work to stop; past the lease duration it is cancelled."""
-        done, _ = await asyncio.wait({work}, timeout=self.config.lease_duration_s)
+        """Wait for the leader's work to stop; it is cancelled at the renew deadline counted from the
+        last successful renewal's send (at once if that has passed or another holds the lease), as
+        client-go gives up leading then: another candidate may take the lease only a lease duration
+        after that renewal, so the work has stopped by then."""
+        left = 0.0
+        if self._renewed_at is not None and self._holds():
+            left = self.config.renew_deadline_s - (self._clock() - self._renewed_at)
+        done, _ = await asyncio.wait({work}, timeout=max(left, 0.0))
         if not done:
             log.error("the leader's work did not stop when asked; cancelling it", extra={"lease": self.name})
             work.cancel()

@@ -2,7 +2,8 @@
 it): a GPU found held before anything is written rolls the operation back and uncordons the node; a
 node someone else had cordoned stays cordoned after success, and one slicing cordoned in a step that
 was lost before its commit is still uncordoned after success; a node that never advertises the change
-fails the attempt at the verify deadline; more time-slicing replicas on a busy node are applied without
+fails the attempt at the verify deadline; an operation that fails for good leaves the node cordoned
+under its own name (a cordon someone else holds is left unnamed); more time-slicing replicas on a busy node are applied without
 a cordon or waiting for its pods."""
 
 from __future__ import annotations
@@ -59,12 +60,12 @@ class RecordingCluster:
     async def pods_on(self, node: str) -> list[Pod]:
         return list(self.pods)
 
-    async def cordon(self, node: str, unschedulable: bool, operation_id: str | None = None) -> None:
+    async def cordon(self, node: str, unschedulable: bool, operation_id: str) -> None:
         self.calls.append(("cordon", node, str(unschedulable)))
         annotations = dict(self.node_value.annotations)
-        if operation_id is not None and unschedulable:
+        if unschedulable:
             annotations[CORDONED_BY_ANNOTATION] = operation_id
-        elif operation_id is not None:
+        else:
             annotations.pop(CORDONED_BY_ANNOTATION, None)
         self.node_value = replace(self.node_value, unschedulable=unschedulable, annotations=annotations)
 
@@ -242,6 +243,41 @@ async def test_a_node_that_never_advertises_the_change_fails_the_attempt_at_the_
         assert "advertises nvidia.com/gpu=1, not nvidia.com/gpu=0, nvidia.com/mig-7g.80gb=1" in (
             op.reason or ""
         )
+
+
+async def fail_for_good(operator: Operator, clock: list[datetime]) -> None:
+    """Step until the operation ends, each verify deadline passing with the node unchanged."""
+    for _ in range(20):
+        while await step(operator, "op-1"):
+            pass
+        if await state_of(operator) is OpState.FAILED:
+            return
+        clock[0] += timedelta(minutes=6)  # past any deadline of POLICY
+    raise AssertionError(f"op-1 is still {await state_of(operator)}")
+
+
+async def test_a_failed_operation_leaves_the_node_cordoned_under_its_own_name(engine: AsyncEngine) -> None:
+    """A change that never cordoned (more time-slicing replicas) fails for good: the cordon it leaves
+    names the operation, like every cordon slicing writes, and the operation counts it as its own."""
+    cluster = RecordingCluster(time_sliced_node(2))
+    clock = [T0]
+    operator = await drive(engine, cluster, clock, sharing(4))
+    await fail_for_good(operator, clock)
+    assert cluster.node_value.unschedulable
+    assert cluster.node_value.annotations.get(CORDONED_BY_ANNOTATION) == "op-1"
+    async with operator.uow() as unit:
+        op = await unit.operations.get("op-1")
+        assert op is not None and op.cordoned_by_us
+
+
+async def test_a_failed_operation_leaves_a_cordon_someone_else_holds_unnamed(engine: AsyncEngine) -> None:
+    cluster = RecordingCluster(replace(a_node(unschedulable=True), annotations={"owner": "a person"}))
+    clock = [T0]
+    operator = await drive(engine, cluster, clock)
+    await fail_for_good(operator, clock)
+    assert cluster.node_value.unschedulable
+    assert CORDONED_BY_ANNOTATION not in cluster.node_value.annotations
+    assert not any(call[0] == "cordon" for call in cluster.calls)
 
 
 def time_sliced_node(replicas: int) -> Node:

@@ -2,9 +2,9 @@
 cordon, the MIG manager's and device plugin's ConfigMaps and node labels written, and failures shown
 on the node as a condition and a Warning Event.
 
-Reads, labels, cordons and ConfigMap writes go through the cluster library's `KubernetesCluster`
+Reads, labels and ConfigMap writes go through the cluster library's `KubernetesCluster`
 (its thread pool, its read-modify-write with retry on conflict); the node condition and the Event
-use the client's CoreV1Api on the same ApiClient."""
+use the client's CoreV1Api on the same ApiClient, as does the cordon (one merge patch with its annotation)."""
 
 from __future__ import annotations
 
@@ -69,10 +69,7 @@ class KubeClusterOps:
         listing = await self._cluster.list_pods(PodSelector(node_name=node, exclude_terminated=True))
         return list(listing.items)
 
-    async def cordon(self, node: str, unschedulable: bool, operation_id: str | None = None) -> None:
-        if operation_id is None:
-            await self._cluster.cordon(node, unschedulable)
-            return
+    async def cordon(self, node: str, unschedulable: bool, operation_id: str) -> None:
         # one merge patch: a cordon is never seen without the operation that made it
         patch = {
             "metadata": {"annotations": {CORDONED_BY_ANNOTATION: operation_id if unschedulable else None}},

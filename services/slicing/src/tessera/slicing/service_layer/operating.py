@@ -253,7 +253,7 @@ async def _roll_back(operator: Operator, op: Operation, why: str, now: datetime)
 async def _attempt_failed(operator: Operator, op: Operation, why: str, now: datetime) -> None:
     op.attempt_failed(why, now, operator.policy)
     if op.state is OpState.FAILED:
-        await operator.cluster.cordon(op.change.node, True)
+        await _leave_cordoned(operator, op)
         await operator.cluster.report_failure(op.change.node, op.operation_id, op.reason or why)
         log.error(
             "slicing operation failed",
@@ -264,3 +264,15 @@ async def _attempt_failed(operator: Operator, op: Operation, why: str, now: date
             "slicing attempt failed",
             extra={"operation": op.operation_id, "node": op.change.node, "reason": why},
         )
+
+
+async def _leave_cordoned(operator: Operator, op: Operation) -> None:
+    """A failed operation leaves its node cordoned, the cordon naming the operation like any other
+    slicing writes (so it can be told from someone else's, and undone as slicing's). A cordon someone
+    else holds (the node unschedulable, not by this operation) is left as it is, unnamed."""
+    node = await operator.cluster.node(op.change.node)
+    theirs = node.unschedulable and node.annotations.get(CORDONED_BY_ANNOTATION) != op.operation_id
+    if theirs and not op.cordoned_by_us:
+        return
+    await operator.cluster.cordon(op.change.node, True, op.operation_id)
+    op.cordoned_by_us = True

@@ -31,10 +31,10 @@ class ClusterOps(Protocol):
         """Pods bound to the node that still hold their devices (not Succeeded or Failed)."""
         ...
 
-    async def cordon(self, node: str, unschedulable: bool, operation_id: str | None = None) -> None:
-        """Set the node's `spec.unschedulable`. With `operation_id`, the same patch annotates the node
-        `tessera.io/cordoned-by=<operation_id>` (cordoning) or removes that annotation (uncordoning).
-        Idempotent."""
+    async def cordon(self, node: str, unschedulable: bool, operation_id: str) -> None:
+        """Set the node's `spec.unschedulable`; the same patch annotates the node
+        `tessera.io/cordoned-by=<operation_id>` (cordoning) or removes that annotation (uncordoning),
+        so every cordon slicing writes names its operation. Idempotent."""
         ...
 
     async def write_mig_config(self, node: str, config: str, body: str) -> None:

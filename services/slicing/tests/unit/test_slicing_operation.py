@@ -154,6 +154,7 @@ def test_a_node_gone_ends_the_operation_rolled_back_before_a_write_and_failed_af
     assert (late.state, late.reason, late.open) == (OpState.FAILED, "node a100-0 is gone", False)
     [failed] = taken(late)
     assert isinstance(failed, ReconfigFailed) and failed.reason == "node a100-0 is gone"
+    assert failed.outcome == "node_gone"  # not left_cordoned: there is no node to be cordoned
     late.node_gone(at(3))  # an ended operation stays as it ended
     assert late.state is OpState.FAILED and taken(late) == []
 

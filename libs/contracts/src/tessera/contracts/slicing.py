@@ -71,15 +71,18 @@ class ReconfigFailed(Message):
     SUBJECT: ClassVar[str] = subjects.RECONFIG_FAILED
     SUMMARY: ClassVar[str] = (
         "A node's planned layout was not applied: rolled back before anything changed, "
-        "or left cordoned after its retries."
+        "left cordoned after its retries, or ended because the node is gone."
     )
 
     operation_id: str
     node: str
     kind: SharingKind
     config: str
-    outcome: Literal["rolled_back", "left_cordoned"] = Field(
-        description="rolled_back: the node is as it was and schedulable; left_cordoned: it needs a person"
+    outcome: Literal["rolled_back", "left_cordoned", "node_gone"] = Field(
+        description=(
+            "rolled_back: the node is as it was and schedulable; left_cordoned: it needs a person; "
+            "node_gone: the node was deleted after a config was written (nothing is left cordoned)"
+        )
     )
     attempts: int = Field(ge=0, description="applies tried")
     reason: str = Field(description="why, in words that name the GPU, config or pods at fault")

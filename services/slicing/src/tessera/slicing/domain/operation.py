@@ -5,6 +5,7 @@
                                                +--+----------+   a failed attempt, retried after a backoff
     any state before the first write           -> rolled_back    (nothing changed; the node as it was)
     applying / verifying, retries spent        -> failed         (the node is left cordoned, with the reason)
+    applying / verifying, the node deleted     -> failed         (outcome node_gone: nothing left to cordon)
 
 A MIG change always cordons the node: the GPU Operator's MIG manager pauses the node's GPU operands
 while it works, so nothing new should land there. A time-slicing or MPS change cordons only when the
@@ -295,7 +296,7 @@ class Operation:
         self.deadline = None
         self.retry_at = None
         self.reason = why
-        self._failed("left_cordoned", why)
+        self._failed("node_gone", why)
 
     def overdue(self, now: datetime) -> bool:
         return self.deadline is not None and now >= self.deadline

@@ -11,7 +11,6 @@ import ast
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -134,9 +133,9 @@ def test_grafana_dashboards_are_optional_configmaps_identical_to_the_repository_
 
 
 # Slicing writes its ConfigMaps only in the GPU operator's namespace and its Events only in the events
-# namespace (services/slicing/src/tessera/slicing/adapters/kube.py), so the chart grants them by Roles
-# there, where the table in libs/cluster scopes them cluster-wide: a ClusterRole that updates
-# ConfigMaps could rewrite any (kube-system's aws-auth included). The namespace of each, from settings.
+# namespace (services/slicing/src/tessera/slicing/adapters/kube.py), so the table in libs/cluster scopes
+# them `namespace` and the chart grants them by a Role in each: a ClusterRole that updates ConfigMaps
+# could rewrite any (kube-system's aws-auth included). The namespace of each, from settings.
 SLICING_NAMESPACED = {
     "configmaps": ("operator_namespace", "gpu-operator"),
     "events": ("events_namespace", "default"),
@@ -144,12 +143,8 @@ SLICING_NAMESPACED = {
 
 
 def expected_calls(service: str) -> set[ApiCall]:
-    """What the service's ServiceAccount must be granted: the table, slicing's ConfigMaps and Events
-    in their namespaces."""
-    calls = set(SERVICE_CALLS[service])
-    if service == "slicing":
-        calls = {replace(c, scope="namespace") if c.resource in SLICING_NAMESPACED else c for c in calls}
-    return calls
+    """What the service's ServiceAccount must be granted, each call in its scope: the table's."""
+    return set(SERVICE_CALLS[service])
 
 
 def role_namespace(chart: Rendered, service: str, resource: str) -> str:

@@ -116,7 +116,14 @@ def test_policy_rules_group_verbs_by_resource_per_scope() -> None:
     assert policy_rules(slicing, "release") == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]}
     ]
-    assert policy_rules(slicing, "namespace") == []
+    # its ConfigMaps and Events only where it makes them (Roles there), never cluster-wide
+    assert policy_rules(slicing, "namespace") == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "update"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    ]
+    assert not {"configmaps", "events"} & {
+        r for rule in policy_rules(slicing, "cluster") for r in rule["resources"]
+    }
 
 
 def test_the_lease_lock_makes_exactly_the_lease_calls() -> None:

@@ -9,16 +9,17 @@ Three layers, each checked against the code below it by tests:
   source for port methods and client calls, and renders the Helm chart's RBAC to compare).
 
 A call's ``scope`` says where it must be allowed: ``cluster`` in every namespace (a ClusterRole),
-``namespace`` only in the namespace the service works in (a Role there; admission makes the Jobs
-and Service of submitted jobs in ``TESSERA_ADMISSION_NAMESPACE`` and nowhere else), ``release``
-only in the namespace the service itself runs in (a Role there: the Lease its replicas elect a
-leader on).
+``namespace`` only in the one namespace the service works in for it (a Role there: admission makes
+the Jobs and Service of submitted jobs in ``TESSERA_ADMISSION_NAMESPACE`` and nowhere else; slicing
+writes its ConfigMaps in its ``operator_namespace`` and its Events in its ``events_namespace``),
+``release`` only in the namespace the service itself runs in (a Role there: the Lease its replicas
+elect a leader on).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from tessera.cluster.conventions.names import POD_GROUP_API_GROUP, POD_GROUP_PLURAL
@@ -43,6 +44,11 @@ class ApiCall:
 
 def _calls(group: str, resource: str, *verbs: str, scope: Scope = "cluster") -> frozenset[ApiCall]:
     return frozenset(ApiCall(group, resource, verb, scope) for verb in verbs)
+
+
+def _namespaced(calls: Iterable[ApiCall]) -> frozenset[ApiCall]:
+    """The same calls, allowed only in the one namespace the service makes them in."""
+    return frozenset(replace(call, scope="namespace") for call in calls)
 
 
 #: the official client's methods (CoreV1Api, CustomObjectsApi) Tessera calls -> the call each makes.
@@ -235,16 +241,19 @@ SERVICE_CALLS: Mapping[str, frozenset[ApiCall]] = {
         | LEASE_CALLS
     ),
     # applies layouts: reads nodes and the pods on them, cordons and labels nodes, evicts checkpointed
-    # pods off GPUs being drained, writes the MIG
-    # manager's and device plugin's ConfigMaps, and reports a failed change as a node condition and Event
+    # pods off GPUs being drained, writes the MIG manager's and device plugin's ConfigMaps, and reports
+    # a failed change as a node condition and Event
     "slicing": (
         PORT_CALLS["list_nodes"]
         | PORT_CALLS["get_node"]
         | PORT_CALLS["list_pods"]
         | PORT_CALLS["patch_node"]
-        | PORT_CALLS["update_config_map"]
         | PORT_CALLS["evict"]  # a checkpointed job moved off a GPU being drained
-        | frozenset(CLIENT_CALLS[m] for m in ("read_node", "patch_node_status", "create_namespaced_event"))
+        | frozenset(CLIENT_CALLS[m] for m in ("read_node", "patch_node_status"))
+        # the ConfigMaps only in the GPU operator's namespace (settings.operator_namespace), the Events
+        # only in settings.events_namespace: a Role in each, never a ClusterRole (one that updates
+        # ConfigMaps could rewrite any, kube-system's included)
+        | _namespaced(PORT_CALLS["update_config_map"] | {CLIENT_CALLS["create_namespaced_event"]})
         # one replica plans at a time: the holder of its Lease, in the release's namespace
         | LEASE_CALLS
     ),

@@ -116,6 +116,35 @@ def test_only_telemetry_gets_the_cluster_file() -> None:
     assert "TESSERA_TELEMETRY_CLUSTER_FILE" not in specs[1].env
 
 
+def test_the_services_reading_for_tenants_check_tokens_with_admission_as_open_as_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a local stack the checkpoint service's and telemetry's tenant-facing reads ask the stack's own
+    admission about a bearer token, and are open exactly when admission is."""
+    readers = ["telemetry", "checkpoint"]
+
+    def envs() -> dict[str, dict[str, str]]:
+        specs, _ = plan_services(
+            ["admission", *readers, "scheduler"],
+            {"admission": 18080, "telemetry": 1, "checkpoint": 2, "scheduler": 3},
+            nats_url="nats://n",
+            database_url="postgresql://d",
+            kubeconfig=None,
+            state=StateDir(Path("/s")),
+            service_argv=default_service_argv,
+        )
+        return {s.name: s.env for s in specs}
+
+    monkeypatch.delenv("TESSERA_ADMISSION_AUTH", raising=False)
+    for name in readers:
+        prefix = f"TESSERA_{name.upper()}_"
+        assert envs()[name][prefix + "AUTH"] == "disabled"
+        assert envs()[name][prefix + "ADMISSION_URL"] == "http://127.0.0.1:18080"
+    assert not any(key.endswith("_ADMISSION_URL") for key in envs()["scheduler"])
+    monkeypatch.setenv("TESSERA_ADMISSION_AUTH", "required")
+    assert {envs()[name][f"TESSERA_{name.upper()}_AUTH"] for name in readers} == {"required"}
+
+
 def test_cluster_file_given_must_exist(tmp_path: Path) -> None:
     with pytest.raises(typer.BadParameter, match="is not a file") as err:
         resolve_cluster_file(tmp_path / "missing.yaml", needed=True)

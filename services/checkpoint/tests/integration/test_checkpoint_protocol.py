@@ -56,12 +56,16 @@ async def one(stack: Any, subject: str, job_id: str, *, timeout: float = 20.0) -
 
 @pytest.fixture
 async def api(stack: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """The whole service (its FastAPI app, lifespan included) behind an httpx client."""
-    settings = stack.settings()
+    """The whole service (its FastAPI app, lifespan included) behind an httpx client sending the admin
+    token the service is configured with."""
+    settings = stack.settings(admin_token="root-token")
     app = create_app(bootstrap.build(settings), settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://checkpoint") as client:
+        headers = {"Authorization": "Bearer root-token"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://checkpoint", headers=headers
+        ) as client:
             yield client
 
 
@@ -91,6 +95,7 @@ async def test_a_preempted_job_saves_before_its_eviction_and_the_restart_finds_i
     assert result is not None and result.ok and result.uri == saved.uri
 
     listed = (await api.get(f"/v1/jobs/{job}/checkpoints")).json()
+    assert (await api.get(f"/v1/jobs/{job}/checkpoints", headers={"Authorization": ""})).status_code == 401
     assert [(c["step"], c["bytes"], c["uri"]) for c in listed] == [(saved.step, saved.size_bytes, saved.uri)]
     assert await stack.rows(f"SELECT state FROM checkpoint.checkpoint_requests WHERE job_id = '{job}'") == [
         ("saved",)

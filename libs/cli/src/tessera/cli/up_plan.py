@@ -74,6 +74,9 @@ def migrate_all(database_url: str) -> None:
 
 SINGLE_LEADERS = ("scheduler", "slicing")
 """Services that elect a leader on a Lease when they have replicas; `tessera up` runs one of each."""
+TOKEN_READERS = ("telemetry", "checkpoint")
+"""Services whose tenant-facing reads check bearer tokens with admission (`tessera.core.tenant_tokens`):
+as open as admission on a local stack."""
 
 
 def plan_services(
@@ -126,10 +129,10 @@ def plan_services(
             env["TESSERA_TELEMETRY_CLUSTER_FILE"] = str(cluster_file)
         if name == "telemetry" and devcluster_url is not None:
             env["TESSERA_TELEMETRY_DEVCLUSTER_URL"] = devcluster_url
-        if name == "telemetry":  # GET /v1/usage checks tenants' tokens with admission, as open as it
-            env["TESSERA_TELEMETRY_AUTH"] = os.environ.get("TESSERA_ADMISSION_AUTH", "disabled")
+        if name in TOKEN_READERS:  # their reads check tenants' tokens with admission, as open as it
+            env[prefix + "AUTH"] = os.environ.get("TESSERA_ADMISSION_AUTH", "disabled")
             if "admission" in ports:
-                env["TESSERA_TELEMETRY_ADMISSION_URL"] = f"http://{HOST}:{ports['admission']}"
+                env[prefix + "ADMISSION_URL"] = f"http://{HOST}:{ports['admission']}"
         log_file = state.log_file(name)
         specs.append(ServiceSpec(name, service_argv(name), env, log_file))
         base = f"http://{HOST}:{ports[name]}"

@@ -37,7 +37,9 @@ def build(settings: CheckpointSettings) -> ServiceDefinition[CheckpointDeps]:
     async def dependencies(ctx: ServiceContext) -> CheckpointDeps:
         kubeconfig, spot = settings.kubeconfig, settings.spot
         nodes = KubeNodeWatch(kubeconfig, sync_timeout_s=spot.sync_timeout_s) if kubeconfig else None
-        return CheckpointDeps(ctx.uow, ctx.stop, spot.policy(), nodes, settings.deadline_poll_s)
+        return CheckpointDeps(
+            ctx.uow, ctx.stop, spot.policy(), nodes, settings.deadline_poll_s, tokens=settings.tokens()
+        )
 
     history_s = settings.history_retention_h * 3600
     return ServiceDefinition(

@@ -3,6 +3,9 @@
 ``kubeconfig`` (or the shared ``TESSERA_KUBECONFIG``) lets the service watch nodes for impending
 termination (spot interruptions, scale-down, maintenance). Without one it still coordinates
 preemptions, which reach it as events.
+
+``GET /v1/jobs/{id}/checkpoints`` needs a bearer token that may see the job, checked with admission
+(``admission_url``) as telemetry checks tokens for its usage API; ``auth=disabled`` only for a local stack.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field, SecretStr
 
 from tessera.checkpoint.domain.model import NODE_TERMINATION, SPOT_INTERRUPTION
 from tessera.checkpoint.domain.signals import TerminationPolicy
 from tessera.core.settings import ServiceSettings, http_port, service_config
+from tessera.core.tenant_tokens import AuthMode, TenantTokens
 
 #: taint key -> why a node carrying it is going away (the reason of the checkpoint requests it causes)
 DEFAULT_TERMINATION_TAINTS: dict[str, str] = {
@@ -84,6 +88,19 @@ class CheckpointSettings(ServiceSettings):
     checkpoints_retention_h: float = Field(
         720.0, gt=0, description="records of checkpoints saved longer ago than this are deleted"
     )
+    admission_url: str | None = Field(
+        None,
+        description="admission's API, to check a tenant's bearer token for GET /v1/jobs/{id}/checkpoints; "
+        "without it only the admin token (or auth disabled) may read checkpoints",
+    )
+    auth: AuthMode = Field(
+        "required", description="`disabled` only for a local stack: every caller may read every job's"
+    )
+    admin_token: SecretStr | None = Field(None, description="the admin bearer token (admission's)")
+
+    def tokens(self) -> TenantTokens:
+        secret = self.admin_token.get_secret_value() if self.admin_token else None
+        return TenantTokens(self.admission_url, self.auth, secret, service="checkpoints")
 
 
 @lru_cache

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from tessera.checkpoint.domain.signals import NodeState, TerminationPolicy
 from tessera.checkpoint.service_layer.unit_of_work import CheckpointUnitOfWork
+from tessera.core.tenant_tokens import TenantTokens
 
 
 def utc_now() -> datetime:
@@ -47,3 +48,5 @@ class CheckpointDeps:
     clock: Callable[[], datetime] = utc_now
     #: set after a commit that made a request, so the deadline loop looks at its deadline
     deadline_wake: asyncio.Event = field(default_factory=asyncio.Event)
+    #: who a bearer token reads for (admission says); by default only a configured admin token reads
+    tokens: TenantTokens = field(default_factory=TenantTokens)

@@ -173,3 +173,39 @@ async def test_a_failing_message_rolls_back_alone_and_nothing_is_lost_or_recorde
     assert (again.settled, repeat.settled) == (["ack"], ["ack"])
     assert await recorded(engine) == (jobs, 4)
     assert handler.runs[jobs[-1]] == 1, "the repeat is a duplicate"
+
+
+@pytest.mark.parametrize(
+    ("replay_safe", "jobs"),
+    [
+        (False, ["dup", "dup", "job-1"]),  # the first handled message: no savepoint, the batch restarts
+        (True, ["job-1", "dup", "dup"]),  # replay-safe: no savepoint either, the batch restarts
+        (False, ["job-1", "dup", "dup"]),  # after a success: a savepoint rolls the failure back alone
+    ],
+)
+async def test_a_failing_event_delivered_twice_in_one_batch_is_handled_on_redelivery(
+    db: tuple[AsyncEngine, async_sessionmaker[AsyncSession]], replay_safe: bool, jobs: list[str]
+) -> None:
+    """Two copies of one event (the same ce-id) in one batch, the first failing transiently: no copy
+    may be acked until the event took effect, so a redelivery of the failed copy is handled."""
+    engine, sessions = db
+    handler = Handler(raising={"dup"})
+    msgs = [Msg(job) for job in jobs]
+    first = jobs.index("dup")
+    msgs[first + 1].headers, msgs[first + 1].data = msgs[first].headers, msgs[first].data
+    runner = consumer(sessions, handler, replay_safe=replay_safe)
+    await runner.handle_batch(msgs)  # type: ignore[arg-type]
+    assert handler.runs["dup"] == 1
+    assert msgs[first].settled == ["nak"]
+
+    handler.raising.clear()
+    redelivered = []
+    for msg in msgs:
+        if msg.settled == ["nak"]:
+            again = Msg("dup")
+            again.headers, again.data = msg.headers, msg.data
+            redelivered.append(again)
+    await runner.handle_batch(redelivered)  # type: ignore[arg-type]
+    assert await recorded(engine) == (["dup", "job-1"], 2), "the event took effect, once"
+    assert handler.runs["dup"] == 2
+    assert all(again.settled == ["ack"] for again in redelivered)

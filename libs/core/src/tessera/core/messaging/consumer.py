@@ -226,18 +226,20 @@ class ConsumerRunner(Generic[UowT]):
         and its inbox row is removed again, so the commit records only what took effect: a
         redelivery of it is handled, a redelivery of the others is a duplicate. A handler that fails
         without one raises :class:`_Restart`. `known` holds the outcomes of messages that failed in
-        an earlier try of this batch; they are not run again."""
+        an earlier try of this batch; they are not run again. A later copy of a failed message (the
+        same event id) takes its outcome and is retried with it, and the id's inbox row is never
+        written: a redelivery of either copy is handled, never acked as a duplicate of nothing."""
         outcomes: list[tuple[Msg, Envelope, str | BaseException]] = []
+        failed_ids = {decoded[index][1].id: error for index, error in known.items()}
         async with self.uow_factory() as uow:
-            new_ids = [envelope.id for index, (_, envelope) in enumerate(decoded) if index not in known]
+            new_ids = [envelope.id for _, envelope in decoded if envelope.id not in failed_ids]
             duplicates = await uow.seen_many(self.spec.name, new_ids)
             taken: set[str] = set()
             failed: list[str] = []
             guarded = False  # a handler succeeded in this transaction: a savepoint must protect it
             for index, (msg, envelope) in enumerate(decoded):
-                if index in known:
-                    taken.add(envelope.id)
-                    outcomes.append((msg, envelope, known[index]))
+                if envelope.id in failed_ids:
+                    outcomes.append((msg, envelope, known.get(index, failed_ids[envelope.id])))
                     continue
                 if envelope.id in duplicates or envelope.id in taken:
                     outcomes.append((msg, envelope, "duplicate"))
@@ -249,6 +251,7 @@ class ConsumerRunner(Generic[UowT]):
                     if not savepoint:
                         raise _Restart(index, outcome)
                     failed.append(envelope.id)
+                    failed_ids[envelope.id] = outcome
                 else:
                     guarded = True
                 outcomes.append((msg, envelope, outcome))

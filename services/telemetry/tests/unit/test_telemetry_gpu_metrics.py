@@ -1,7 +1,10 @@
-"""The per-GPU gauges: set from each round's readings, and dropped for GPUs a node stops reporting."""
+"""The per-GPU gauges: set from each round's readings, and dropped for GPUs a node stops reporting; a
+reading without a utilisation counted, its utilisation NaN rather than 0."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
@@ -58,3 +61,16 @@ def test_a_gpu_the_node_no_longer_reports_is_dropped_and_other_nodes_kept() -> N
     assert value(registry, "tessera_gpu_utilization_percent", "GPU-b") is None
     assert value(registry, "tessera_gpu_held", "GPU-b") is None
     assert value(registry, "tessera_gpu_utilization_percent", "GPU-x", node="n1") == 30
+
+
+def test_a_reading_without_a_utilisation_is_counted_and_its_gauge_is_nan_not_zero() -> None:
+    registry = CollectorRegistry()
+    metrics = gpu_metrics(registry)
+    unknown = replace(reading("GPU-a", 0.0, ("default/p",)), utilization_known=False)
+    metrics.record([unknown, reading("GPU-b", 0.0, ())])
+    metrics.record([unknown, reading("GPU-b", 0.0, ())])
+    assert math.isnan(value(registry, "tessera_gpu_utilization_percent", "GPU-a") or 0.0)
+    assert value(registry, "tessera_gpu_utilization_unknown_readings_total", "GPU-a") == 2
+    assert value(registry, "tessera_gpu_utilization_percent", "GPU-b") == 0.0
+    assert value(registry, "tessera_gpu_utilization_unknown_readings_total", "GPU-b") is None
+    assert value(registry, "tessera_gpu_memory_used_mib", "GPU-a") == 2048  # the rest is read

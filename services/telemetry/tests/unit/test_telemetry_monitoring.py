@@ -142,6 +142,21 @@ def test_unheld_or_unknown_gpus_are_never_idle() -> None:
     assert tracker.idle() == set()
 
 
+def test_readings_without_a_utilisation_neither_make_nor_keep_an_idle_stretch() -> None:
+    """A reading whose source had no utilisation (utilization_pct 0.0, unknown) is not a low one."""
+    tracker = IdleTracker(IdlePolicy(idle_after_s=20))
+    unknown = {"utilization_pct": 0.0, "utilization_known": False}
+    assert [tracker.observe(reading(at=at(t), **unknown)) for t in (0, 10, 20, 30)] == [None] * 4
+    assert tracker.idle() == set()
+    assert tracker.observe(reading(at=at(40), utilization_pct=1.0)) is None  # a stretch starts at 40
+    assert tracker.observe(reading(at=at(50), **unknown)) is None  # and is broken: unknown in between
+    assert tracker.observe(reading(at=at(60), utilization_pct=1.0)) is None  # starts again at 60
+    idle = tracker.observe(reading(at=at(80), utilization_pct=1.0))
+    assert isinstance(idle, BecameIdle) and idle.idle_since == at(60)
+    assert tracker.observe(reading(at=at(90), **unknown)) is None  # reported idle stays so
+    assert tracker.idle() == {"GPU-0"}
+
+
 def test_idle_policy_thresholds_must_be_ordered() -> None:
     with pytest.raises(ValueError, match="busy_above_pct"):
         IdlePolicy(idle_below_pct=20, busy_above_pct=10)

@@ -1,8 +1,10 @@
 """Per-pod use as published for slicing: one batch per node per round, a pod's containers summed per
-GPU, the split named, and use nobody holds (or bare processes) left out."""
+GPU, the split named, and use nobody holds (or bare processes) left out, as is a reading without a
+utilisation."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from tessera.contracts.events import PodGpuShare, PodGpuUsage
@@ -82,3 +84,13 @@ def test_a_memory_split_is_named_and_the_batch_is_a_valid_event() -> None:
     )
     assert event.subject() == "tessera.telemetry.pod_usage.n0"
     assert PodGpuUsage.model_validate(event.model_dump(mode="json")) == event
+
+
+def test_a_reading_without_a_utilisation_is_left_out_not_published_as_no_use() -> None:
+    known, unknown = reading("n0", 0, 40.0), replace(reading("n0", 1, 0.0), utilization_known=False)
+    gpus = [
+        AttributedGpu(r, split_reading(r.utilization_pct, 4096, [Holder("ns", "a", "main", r.gpu_uuid)]))
+        for r in (known, unknown)
+    ]
+    [batch] = node_batches(gpus)
+    assert [(u.pod, u.gpu_index, u.utilization_pct) for u in batch.pods] == [("a", 0, 40.0)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,6 +16,7 @@ from tessera.telemetry.adapters.sources.dcgm import DcgmExporterSource, readings
 from tessera.telemetry.adapters.sources.devcluster import DevclusterSource, reading_from_json
 from tessera.telemetry.adapters.sources.nvml import NvmlSource
 from tessera.telemetry.domain.health import BecameUnhealthy, Fault, HealthTracker
+from tessera.telemetry.domain.idle import IdlePolicy, IdleTracker
 from tessera.telemetry.domain.model import SourceUnavailable
 
 NOW = datetime(2026, 11, 21, 6, 0, tzinfo=UTC)
@@ -109,6 +110,23 @@ def test_dcgm_nan_or_inf_counts_as_missing_and_the_rest_of_the_node_is_read() ->
     )
     assert (second.power_w, second.temperature_c, second.power_limit_w) == (0.0, 41.0, None)
     assert (second.xid_errors, second.ecc_uncorrected, second.model) == ((), 1, "H100-80GB")
+    assert first.utilization_known and not second.utilization_known  # NaN: unknown, not 0%
+
+
+def test_dcgm_gpu_whose_utilisation_is_nan_or_missing_is_never_flagged_idle() -> None:
+    """A held GPU whose utilisation dcgm-exporter writes as NaN (or does not export) is not read as
+    0% busy: ten minutes of such readings do not make it idle."""
+    labels = 'gpu="0",UUID="GPU-0",modelName="NVIDIA H100 80GB HBM3",Hostname="n1",namespace="ns",pod="p"'
+    for utilisation in (f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} NaN\n", ""):
+        text = f"{utilisation}DCGM_FI_DEV_FB_USED{{{labels}}} 100\n"
+        tracker = IdleTracker(IdlePolicy(idle_after_s=600))
+        changes = [
+            tracker.observe(reading)
+            for t in range(0, 1200, 60)
+            for reading in readings_from_exposition(text, NOW + timedelta(seconds=t))
+        ]
+        assert len(changes) == 20 and changes == [None] * 20, utilisation
+        assert tracker.idle() == set()
 
 
 @pytest.mark.parametrize(

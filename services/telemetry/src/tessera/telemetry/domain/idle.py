@@ -3,6 +3,10 @@
 A held GPU whose utilisation stays below ``idle_below_pct`` for ``idle_after_s`` is idle, reported
 once. It is busy again only above ``busy_above_pct`` (hysteresis: a GPU hovering at the threshold
 is not reported over and over), or when the pods holding it change or let it go.
+
+A reading without a utilisation (`Reading.utilization_known` False) is neither low nor high: it does
+not start or extend an idle stretch, and a stretch not yet reported starts again at the next known
+low reading. A GPU already reported idle stays so until a known reading says otherwise.
 """
 
 from __future__ import annotations
@@ -69,6 +73,10 @@ class IdleTracker:
         pods = tuple(sorted(reading.pods or ()))
         if not pods or (state is not None and state.pods != pods):
             return self._end(uuid, reading.at)
+        if not reading.utilization_known:
+            if state is not None and not state.reported:
+                del self._gpus[uuid]
+            return None
         if state is None:
             if reading.utilization_pct >= self.policy.idle_below_pct:
                 return None

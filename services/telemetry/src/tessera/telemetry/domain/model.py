@@ -41,6 +41,10 @@ class Reading:
     processes: tuple[GpuProcess, ...] | None = None
     #: the UUIDs of the GPU's MIG devices, so PodResources' MIG device ids find their GPU
     mig_devices: tuple[str, ...] = ()
+    #: False when the source had no utilisation for this reading (dcgm-exporter's NaN, or the field not
+    #: exported): `utilization_pct` is then 0.0 and means nothing, and idle detection, usage and the
+    #: samples leave the reading out (the GPU metrics count it)
+    utilization_known: bool = True
 
     @property
     def allocated(self) -> bool:

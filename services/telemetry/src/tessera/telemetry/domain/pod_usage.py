@@ -4,7 +4,8 @@ Attribution already splits each reading among the containers that hold the GPU (
 Slicing packs pods onto time-sliced GPUs by that use, so each round every node's shares are summed
 per pod and GPU (a pod's containers together; the container is named when one alone held it) and sent as one `pod_gpu_usage` batch: the message
 count grows with nodes, not with pods. Use no holder accounts for (`unknown`) and bare processes
-(`pid/<n>`, NVML without Kubernetes) are left out: slicing plans for pods only.
+(`pid/<n>`, NVML without Kubernetes) are left out: slicing plans for pods only. So is a reading
+without a utilisation (dcgm-exporter's NaN): its use is unknown, not 0%.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def node_batches(gpus: Iterable[AttributedGpu]) -> list[NodeBatch]:
     by_node: dict[str, dict[tuple[str, str, str], PodGpuUse]] = {}
     for gpu in gpus:
         reading = gpu.reading
-        if reading.lost:
+        if reading.lost or not reading.utilization_known:  # unknown use is not 0% use
             continue
         uses = by_node.setdefault(reading.node, {})
         for share in gpu.shares:

@@ -1,13 +1,15 @@
 """Prometheus gauges of every GPU's latest reading: utilisation, memory, power, temperature and whether a
-pod holds it. The operations dashboard's GPU utilisation and allocation come from these."""
+pod holds it, and a count of readings without a utilisation. The operations dashboard's GPU utilisation
+and allocation come from these."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterable
 from weakref import WeakKeyDictionary
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tessera.telemetry.domain.model import Reading
 
@@ -28,6 +30,13 @@ class GpuMetrics:
             "tessera_gpu_held",
             "1 when a pod or process holds the GPU, 0 when none does (absent when the source cannot tell)",
         )
+        self.utilization_unknown = Counter(
+            "tessera_gpu_utilization_unknown_readings",
+            "Readings whose source had no utilisation (dcgm-exporter's NaN): the utilisation gauge is "
+            "NaN, and idle detection and usage leave them out",
+            _LABELS,
+            registry=registry,
+        )
         self._gauges = (
             self.utilization,
             self.memory_used,
@@ -46,7 +55,11 @@ class GpuMetrics:
             by_node.setdefault(r.node, set()).add(labels)
             if r.lost:
                 continue
-            self.utilization.labels(*labels).set(r.utilization_pct)
+            if r.utilization_known:
+                self.utilization.labels(*labels).set(r.utilization_pct)
+            else:
+                self.utilization.labels(*labels).set(math.nan)
+                self.utilization_unknown.labels(*labels).inc()
             self.memory_used.labels(*labels).set(r.memory_used_mib)
             if r.memory_total_mib:
                 self.memory_total.labels(*labels).set(r.memory_total_mib)
@@ -56,7 +69,7 @@ class GpuMetrics:
                 self.held.labels(*labels).set(1 if r.pods else 0)
         for node, now in by_node.items():
             for gone in self._seen.get(node, set()) - now:
-                for g in self._gauges:
+                for g in (*self._gauges, self.utilization_unknown):
                     with contextlib.suppress(KeyError):  # never set: the source could not tell
                         g.remove(*gone)
             self._seen[node] = now

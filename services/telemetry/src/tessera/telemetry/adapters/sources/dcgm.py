@@ -16,7 +16,8 @@ read are those of dcgm-exporter's default counters:
 
 A value that is not finite (the exporter writes NaN where DCGM has no value, and a broken counter can
 read +Inf) counts as missing, like a field not exported: it would otherwise fail the whole scrape and
-leave every GPU of the node unread.
+leave every GPU of the node unread. A missing utilisation is unknown, not 0%: the reading says so
+(`utilization_known`), so a GPU without one is never taken for an idle one.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def readings_from_exposition(text: str, at: datetime, node: str | None = None) -
                 gpu_uuid=gpu.uuid,
                 at=at,
                 utilization_pct=min(100.0, max(0.0, v.get("DCGM_FI_DEV_GPU_UTIL", 0.0))),
+                utilization_known="DCGM_FI_DEV_GPU_UTIL" in v,
                 memory_used_mib=used,
                 power_w=max(0.0, v.get("DCGM_FI_DEV_POWER_USAGE", 0.0)),
                 temperature_c=v.get("DCGM_FI_DEV_GPU_TEMP", 0.0),

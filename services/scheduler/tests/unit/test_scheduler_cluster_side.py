@@ -9,16 +9,22 @@ from typing import Any
 import pytest
 
 from tessera.cluster.builders import gpu_node
+from tessera.cluster.cache import pod_key
 from tessera.cluster.conventions.names import SCHEDULER_NAME
 from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
-from tessera.cluster.domain.requirements import Pod, PodGroup, PodPhase, PodRequirements
+from tessera.cluster.domain.requirements import GpuRequest, Pod, PodGroup, PodPhase, PodRequirements
 from tessera.cluster.fake import FakeCluster
 from tessera.cluster.port import WatchEvent
 from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL
+from tessera.scheduler.domain.cache import SchedulerCache
 from tessera.scheduler.domain.framework.cluster_view import node_info
+from tessera.scheduler.domain.framework.pod import PodSpec
+from tessera.scheduler.domain.gang.spec import GangSpec
+from tessera.scheduler.domain.snapshot import Allocation
 from tessera.scheduler.service_layer.outcomes import GangInfo
-from tessera.scheduler.service_layer.rebuild import adopt_cluster_pods
+from tessera.scheduler.service_layer.rebuild import adopt_cluster_pods, without_members
+from tessera.scheduler.service_layer.watches import hold_bound_pod
 
 NODE = gpu_node("gpu-0", "A100-80GB", 2)
 
@@ -100,9 +106,54 @@ async def test_the_rebuild_adopts_our_unrecorded_bound_pods_and_counts_foreign_o
     uuids = {"gpu-0": {gpu.index: gpu.uuid for gpu in NODE.gpus}}
     gangs = {"job-1": GangInfo("job-1", "job")}
 
-    adopted, foreign = adopt_cluster_pods(cluster, nodes, uuids, gangs, recorded={"default/train-1"})
+    adopted, held_pods = adopt_cluster_pods(cluster, nodes, uuids, gangs, recorded={"default/train-1"})
 
     assert [(a.pod, a.gang, a.gpu_milli) for a in adopted] == [("default/train-0", "job-1", ((0, 1000),))]
-    assert [(a.pod, a.gang) for a in foreign] == [("default/other", "foreign:default/other")]
-    unknown_node, _ = adopt_cluster_pods(cluster, {}, uuids, gangs, recorded=set())
-    assert unknown_node == []
+    # the stranger is ours but of no gang being rebuilt: someone else bound it, so it holds its GPU
+    assert sorted(pod_key(pod) for pod in held_pods) == ["default/other", "default/stranger"]
+    unknown_node, none_held = adopt_cluster_pods(cluster, {}, uuids, gangs, recorded=set())
+    assert unknown_node == [] and none_held == []
+
+
+async def test_the_rebuild_holds_pods_of_ours_bound_by_hand_and_leaves_them_out_of_their_gangs(
+    side: World,
+) -> None:
+    """Before, a pod of ours bound by someone else was adopted only as a member with an assignment:
+    without one, or of no gang, it held nothing, and as a member it stayed pending, to be bound
+    again."""
+    fake, cluster = side
+    whole = GpuRequest.whole(1)
+    by_hand = Pod(
+        "default",
+        "by-hand",
+        PodRequirements(cpu_milli=2_000, gpu=whole),
+        scheduler_name=SCHEDULER_NAME,
+        node_name="gpu-0",
+        phase=PodPhase.RUNNING,
+        pod_group="ring",
+    )
+    fake.add_pod(by_hand)
+    await cluster.start(timeout=5)
+    nodes = {"gpu-0": node_info(NODE)}
+    uuids = {"gpu-0": {gpu.index: gpu.uuid for gpu in NODE.gpus}}
+    gangs = {"default/ring": GangInfo("default/ring", "podgroup")}
+
+    adopted, held_pods = adopt_cluster_pods(cluster, nodes, uuids, gangs, recorded=set())
+
+    assert adopted == [] and [pod_key(pod) for pod in held_pods] == ["default/other", "default/by-hand"]
+    cache = SchedulerCache.rebuild(nodes.values())
+    for pod in held_pods:
+        hold_bound_pod(cache, pod, uuids["gpu-0"])
+    # other holds GPU 0 by its assignment; by-hand, with none written, the GPU its request takes
+    assert [cache.allocation(key) for key in ("default/other", "default/by-hand")] == [
+        Allocation("default/other", "foreign:default/other", "gpu-0", ((0, 1000),), 1_000, 1024),
+        Allocation("default/by-hand", "foreign:default/by-hand", "gpu-0", ((1, 1000),), 2_000),
+    ]
+    ring = GangSpec(
+        "default/ring",
+        (PodSpec("default/waiting", "default/ring"), PodSpec("default/by-hand", "default/ring")),
+        2,
+    )
+    lone = GangSpec("default/by-hand", (PodSpec("default/by-hand", "default/by-hand"),), 1)
+    kept = without_members([ring, lone], {pod_key(pod) for pod in held_pods})
+    assert [(g.name, [m.name for m in g.members]) for g in kept] == [("default/ring", ["default/waiting"])]

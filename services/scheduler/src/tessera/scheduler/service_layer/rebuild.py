@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from tessera.cluster.cache import pod_key
@@ -52,8 +52,7 @@ from tessera.scheduler.service_layer.steps import TimedSteps
 from tessera.scheduler.service_layer.tracing import TracedBinder
 from tessera.scheduler.service_layer.watches import (
     admitted_members,
-    foreign_allocation,
-    hold_foreign,
+    hold_bound_pod,
     native_gang,
     native_of,
 )
@@ -89,19 +88,20 @@ async def rebuild(
             pending = await read_pending_gangs(repo, settings, cluster)
         with steps("read_placements"):
             bound, recorded = await read_placements(repo, cluster, nodes, pending.gangs)
-        foreign: list[Allocation] = []
+        held: list[Pod] = []
         if cluster is not None:
             with steps("adopt_cluster_pods"):
-                adopted, foreign = adopt_cluster_pods(cluster, nodes, uuids, pending.gangs, recorded)
+                adopted, held = adopt_cluster_pods(cluster, nodes, uuids, pending.gangs, recorded)
                 bound += adopted
+                pending.known = without_members(pending.known, {pod_key(pod) for pod in held})
         with steps("learn_typical_workload"):
             typical = await learn_typical_workload(repo, settings.workload_profile)
         with steps("assemble"):
             port = binding_port(cluster, uuids, settings)
             fragmentation = fragmentation_score(typical, nodes.values())
             assembly = assemble_scheduler(nodes, port, settings, bound, pending.known, fragmentation)
-            for allocation in foreign:
-                hold_foreign(assembly.cache, allocation)
+            for pod in held:
+                hold_bound_pod(assembly.cache, pod, uuids.get(pod.node_name or "", {}))
         state = EngineState(
             assembly,
             pending.gangs,
@@ -227,24 +227,43 @@ def adopt_cluster_pods(
     uuids: Uuids,
     gangs: Mapping[str, GangInfo],
     recorded: set[str],
-) -> tuple[list[Allocation], list[Allocation]]:
-    """What the cluster shows bound that the table does not: (pods of our gangs bound before their
-    placement was recorded, pods of other schedulers holding capacity on known nodes)."""
+) -> tuple[list[Allocation], list[Pod]]:
+    """What the cluster shows bound on known nodes that the table does not: (pods of our gangs bound
+    before their placement was recorded, pods that hold capacity as someone else's placement).
+
+    The first are members of a gang being rebuilt that carry the assignment our binds write. The
+    second are pods of other schedulers, and pods of ours that someone else bound (no member, or
+    no assignment), but for those being deleted: the scheduler let them go."""
     adopted: list[Allocation] = []
-    foreign: list[Allocation] = []
+    held: list[Pod] = []
     for pod in cluster.cache.pods.store.values():
         key = pod_key(pod)
-        gang = pod.labels.get(JOB_ID_LABEL) or (f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else key)
-        if pod.bound and not pod.terminated and pod.scheduler_name != SCHEDULER_NAME:
-            if pod.node_name in nodes:
-                foreign.append(foreign_allocation(pod, uuids.get(pod.node_name or "", {})))
+        if not pod.bound or pod.terminated or pod.node_name not in nodes:
             continue
-        if key in recorded or pod.terminated or not pod.bound or gang not in gangs:
+        if pod.scheduler_name != SCHEDULER_NAME:
+            held.append(pod)
             continue
-        allocation = _cluster_allocation(pod, gang, uuids.get(pod.node_name or "", {}))
-        if allocation is not None and allocation.node in nodes:
+        if key in recorded:
+            continue
+        gang = _gang_of(pod, gangs)
+        allocation = _cluster_allocation(pod, gang, uuids.get(pod.node_name or "", {})) if gang else None
+        if allocation is not None:
             adopted.append(allocation)
-    return adopted, foreign
+        elif not pod.deleting:
+            held.append(pod)
+    # those whose assignment names their GPUs first, so that GPUs taken by request avoid them
+    return adopted, sorted(held, key=lambda pod: pod.assignment is None)
+
+
+def without_members(specs: Iterable[GangSpec], pods: Collection[str]) -> list[GangSpec]:
+    """The gangs with ``pods`` (bound by someone else) left out of their members; a gang left with
+    no member is left out (it joins again when a member of its comes)."""
+    kept = [(spec, tuple(m for m in spec.members if m.name not in pods)) for spec in specs]
+    return [
+        spec if len(members) == len(spec.members) else replace(spec, members=members)
+        for spec, members in kept
+        if members
+    ]
 
 
 async def learn_typical_workload(
@@ -321,6 +340,14 @@ def recover_gangs(
             entry.attempts = row.attempts
             entry.backoff_until = row.backoff_until.timestamp()
     return outcomes
+
+
+def _gang_of(pod: Pod, gangs: Mapping[str, GangInfo]) -> str | None:
+    """The gang being rebuilt that ``pod`` is a member of, if any: its job's, else its PodGroup's,
+    else its own."""
+    key = pod_key(pod)
+    gang = pod.labels.get(JOB_ID_LABEL) or (f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else key)
+    return gang if gang in gangs else None
 
 
 def _cluster_allocation(pod: Pod, gang: str, uuids: Mapping[int, str]) -> Allocation | None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from tessera.cluster.cache import pod_key
 from tessera.cluster.conventions.names import SCHEDULER_NAME
-from tessera.cluster.domain import GpuRequestKind, Node, Pod, PodGroup
+from tessera.cluster.domain import GpuRequest, GpuRequestKind, Node, Pod, PodGroup
 from tessera.cluster.port import EventType, WatchEvent
 from tessera.contracts.jobs import JobSpec
 from tessera.core.observability.ratelimit import RateLimitedLog
@@ -33,7 +33,7 @@ from tessera.scheduler.domain.framework.pod import InvalidSpec
 from tessera.scheduler.domain.gang.queue import ClusterEvent
 from tessera.scheduler.domain.gang.scheduler import GangOutcome
 from tessera.scheduler.domain.gang.spec import GangSpec
-from tessera.scheduler.domain.snapshot import Allocation
+from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
 from tessera.scheduler.service_layer.engine_state import EngineState
 from tessera.scheduler.service_layer.gangs import (
     job_gang_of_pods,
@@ -148,6 +148,40 @@ def hold_foreign(cache: SchedulerCache, allocation: Allocation) -> None:
         cache.confirm_bound(allocation.pod)
 
 
+def requested_gpus(request: GpuRequest, node: NodeInfo) -> tuple[tuple[int, int], ...]:
+    """GPUs of ``node`` that a pod's whole or fractional GPU request takes when no assignment names
+    them: idle GPUs for whole ones, else the first GPU the share fits, healthy ones and the lowest
+    index first; fewer, or none, where the cache's books show too little free on the node."""
+    gpus = sorted((gpu for gpu in node.gpus if not gpu.mig), key=lambda gpu: (not gpu.healthy, gpu.index))
+    if request.kind is GpuRequestKind.WHOLE:
+        idle = [gpu.index for gpu in gpus if gpu.fully_idle]
+        return tuple((index, request.milli) for index in idle[: request.count])
+    if request.kind is GpuRequestKind.FRACTIONAL:
+        for gpu in gpus:
+            if gpu.fits(request.milli):
+                return ((gpu.index, request.milli),)
+    return ()
+
+
+def hold_bound_pod(cache: SchedulerCache, pod: Pod, uuids: Mapping[int, str]) -> None:
+    """Count a bound pod the scheduler did not place as holding what it uses (:func:`hold_foreign`):
+    a pod of another scheduler, or one of ours bound by someone else (by hand, or made with its
+    ``nodeName`` set). Such a pod of ours holds the GPUs its assignment names or, with none written,
+    GPUs its request takes (:func:`requested_gpus`)."""
+    allocation = foreign_allocation(pod, uuids)
+    if pod.scheduler_name == SCHEDULER_NAME and pod.assignment is None:
+        with contextlib.suppress(KeyError):
+            gpus = requested_gpus(pod.requirements.gpu, cache.node(allocation.node))
+            allocation = replace(allocation, gpu_milli=gpus)
+    hold_foreign(cache, allocation)
+
+
+def held_by_others(cache: SchedulerCache, key: str) -> bool:
+    """Whether the cache counts pod ``key`` as placed by someone else: no gang member, then."""
+    allocation = cache.allocation(key)
+    return allocation is not None and allocation.gang.startswith(FOREIGN)
+
+
 def native_keys(pods: Mapping[str, Pod], groups: Mapping[str, PodGroup]) -> list[str]:
     """Every PodGroup, and every lone pod of ours still waiting for a node."""
     lone = [key for key, pod in pods.items() if not pod.pod_group and not pod.bound and _ours(pod)]
@@ -214,25 +248,30 @@ class WatchState:
         elif ended and cache.allocation(key) is not None:
             self.pod_ended(key, pod.phase.value if event.type is not EventType.DELETED else "Deleted")
             return []
-        if pod.bound and not ended and self.state.assembly.cache.allocation(key) is None:
-            self.count_foreign(pod)
+        if pod.bound and not ended and cache.allocation(key) is None and not self.count_foreign(pod):
             return []
+        # unplaced, or a pod of ours bound by someone else: it leaves its gang (held as foreign)
+        unplaced = not pod.bound or held_by_others(cache, key)
         job_id = pod.labels.get(JOB_ID_LABEL)
-        if job_id and pod.scheduler_name == SCHEDULER_NAME and not pod.bound:
+        if job_id and pod.scheduler_name == SCHEDULER_NAME and unplaced:
             self.refresh_job(job_id)  # a member came, or one not yet placed went
             return []
         # a pod of ours that came, or one not yet placed that went (deleted, or ended before a node)
-        if not pod.bound and pod.scheduler_name == SCHEDULER_NAME and (ended or pod.deleting or _ours(pod)):
+        if unplaced and pod.scheduler_name == SCHEDULER_NAME and (ended or pod.deleting or _ours(pod)):
             await self.refresh_native(repo, f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else key)
         return []
 
-    def count_foreign(self, pod: Pod) -> None:
-        """A pod another scheduler bound (or a kubelet runs) holds node capacity the cache must see."""
-        if pod.scheduler_name == SCHEDULER_NAME or pod.node_name not in self.state.nodes:
-            return
-        hold_foreign(
-            self.state.assembly.cache, foreign_allocation(pod, self.state.uuids.get(pod.node_name or "", {}))
-        )
+    def count_foreign(self, pod: Pod) -> bool:
+        """A bound pod the cache does not hold holds node capacity the cache must see: one another
+        scheduler bound (or a kubelet runs), or one of ours someone else bound (:func:`hold_bound_pod`).
+        One of ours being deleted is one the scheduler let go (evicted, preempted): not counted again.
+        True when a pod of ours was counted."""
+        ours = pod.scheduler_name == SCHEDULER_NAME
+        if pod.node_name not in self.state.nodes or (ours and pod.deleting):
+            return False
+        uuids = self.state.uuids.get(pod.node_name or "", {})
+        hold_bound_pod(self.state.assembly.cache, pod, uuids)
+        return ours and held_by_others(self.state.assembly.cache, pod_key(pod))
 
     def pod_ended(self, key: str, phase: str) -> None:
         """A placed pod ended or vanished: its resources are free; its gang may now be finished. A
@@ -253,9 +292,13 @@ class WatchState:
         info, spec = state.gangs.get(job_id), state.specs.get(job_id)
         if info is None or info.source != JOB or spec is None:
             return  # not admitted (yet, or any more): its pods wait for admission
-        members = admitted_members(
-            self.cluster.cache.pods.store.values(), job_id, spec, self.settings.namespace
-        )
+        members = [
+            pod
+            for pod in admitted_members(
+                self.cluster.cache.pods.store.values(), job_id, spec, self.settings.namespace
+            )
+            if not held_by_others(state.assembly.cache, pod_key(pod))
+        ]
         # members that went before a node was found leave the gang (kept if placed; the controller
         # makes a replacement, which joins as a new member)
         state.assembly.scheduler.members_gone(job_id, {pod_key(pod) for pod in members})
@@ -271,6 +314,9 @@ class WatchState:
         cache = self.cluster.cache
         found = native_of(cache.pods.store, cache.pod_groups.store, group_key)
         state = self.state
+        if found is not None:
+            held = state.assembly.cache
+            found = found[0], [pod for pod in found[1] if not held_by_others(held, pod_key(pod))]
         # members deleted while they waited for a node leave the gang; a gang left with none is gone
         present = {pod_key(pod) for pod in found[1]} if found is not None else set()
         if state.assembly.scheduler.members_gone(group_key, present):

@@ -119,14 +119,14 @@ def test_only_telemetry_gets_the_cluster_file() -> None:
 def test_the_services_reading_for_tenants_check_tokens_with_admission_as_open_as_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """On a local stack the checkpoint service's and telemetry's tenant-facing reads ask the stack's own
-    admission about a bearer token, and are open exactly when admission is."""
-    readers = ["telemetry", "checkpoint"]
+    """On a local stack the checkpoint service's, the forecaster's and telemetry's tenant-facing reads ask
+    the stack's own admission about a bearer token, and are open exactly when admission is."""
+    readers = ["telemetry", "checkpoint", "forecaster"]
 
     def envs() -> dict[str, dict[str, str]]:
         specs, _ = plan_services(
             ["admission", *readers, "scheduler"],
-            {"admission": 18080, "telemetry": 1, "checkpoint": 2, "scheduler": 3},
+            {"admission": 18080, "telemetry": 1, "checkpoint": 2, "forecaster": 4, "scheduler": 3},
             nats_url="nats://n",
             database_url="postgresql://d",
             kubeconfig=None,

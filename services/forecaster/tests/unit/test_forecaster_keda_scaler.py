@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from tessera.core import https
 from tessera.core.embedded import free_port
 from tessera.core.https import CertificateError
+from tessera.core.tenant_tokens import TenantTokens
 from tessera.forecaster.adapters.externalscaler import externalscaler_pb2 as pb
 from tessera.forecaster.adapters.externalscaler import externalscaler_pb2_grpc as pb_grpc
 from tessera.forecaster.config import MetricsTlsSettings
@@ -31,6 +32,7 @@ from tessera.forecaster.entrypoints.scaler import start_scaler
 from tessera.forecaster.service_layer.dependencies import ForecasterDeps
 from tessera.forecaster.service_layer.engine import EngineConfig
 from tessera.forecaster.service_layer.unit_of_work import ForecasterUnitOfWork
+from tessera.testing.fake_admission import FakeAdmission
 from tessera.testing.fakes import FakeUnitOfWork
 from tessera.testing.pki import make_pki
 from tessera.testing.services import eventually
@@ -269,6 +271,68 @@ def test_the_external_metrics_api_serves_only_the_requests_namespace(two_teams: 
     # series no namespace owns are the cluster's
     (chat,) = get("team-a", "requests_per_s", "app=chat,window=120")
     assert chat["value"] == "8500m"
+
+
+class NoModels:
+    async def get(self, series_id: int) -> None:
+        return None
+
+
+class UnitOfWorkWithoutModels(FakeForecasterUnitOfWork):
+    def open_repositories(self, session: object) -> None:
+        super().open_repositories(session)
+        self.models = NoModels()  # type: ignore[assignment]
+
+
+async def test_the_series_list_needs_a_token_and_shows_a_tenant_its_namespace_alone(
+    two_teams: ForecasterDeps,
+) -> None:
+    """`GET /v1/series` as the external metrics API reads: a tenant (its namespace) sees its own
+    autoscalers' series and the cluster's, never another namespace's; the admin sees every one."""
+    admission = FakeAdmission(
+        tokens={"tok-a": "team-a", "tok-b": "team-b", "tok-new": "team-new", "issued-admin": None},
+        jobs={"j-a": "team-a", "j-b": "team-b"},
+    )
+    two_teams.uow = UnitOfWorkWithoutModels
+    two_teams.tokens = TenantTokens(
+        "http://admission", "required", "root-token", transport=admission.transport()
+    )
+    app = FastAPI()
+    app.include_router(router)
+    app.state.deps = two_teams
+    client = TestClient(app)
+    cluster = {"requests_per_s{app=chat}", "requests_per_s{app=search}"}
+    keys = {s.id: str(s.key) for s in FakeForecasterUnitOfWork.store.series}
+    assert cluster == {keys[1], keys[2]}, "the cluster's series, as the service names them"
+    team_a, team_b = {keys[4], keys[5]}, {keys[3]}
+
+    def listed(token: str | None, **params: str) -> set[str]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        response = client.get("/v1/series", headers=headers, params=params)
+        assert response.status_code == 200, response.text
+        return {row["series"] for row in response.json()}
+
+    for headers in ({}, {"Authorization": "Bearer made-up"}):
+        refused = client.get("/v1/series", headers=headers)
+        assert refused.status_code == 401 and refused.headers["WWW-Authenticate"] == "Bearer"
+    assert listed("tok-a") == cluster | team_a
+    assert listed("tok-b") == cluster | team_b
+    assert listed("tok-new") == cluster, "a tenant without jobs yet: no namespace's"
+    assert (
+        client.get(
+            "/v1/series", headers={"Authorization": "Bearer tok-a"}, params={"namespace": "team-b"}
+        ).status_code
+        == 403
+    )
+    assert listed("tok-a", namespace="team-a") == cluster | team_a
+    # the admin sees every namespace's, or narrows to one
+    everything = cluster | team_a | team_b
+    assert listed("root-token") == everything and listed("issued-admin") == everything
+    assert listed("root-token", namespace="team-b") == cluster | team_b
+    two_teams.tokens = TenantTokens(None, "disabled")
+    assert listed(None) == everything
+    responses = app.openapi()["paths"]["/v1/series"]["get"]["responses"]
+    assert {"200", "401"} <= set(responses)
 
 
 async def test_the_keda_scaler_serves_only_the_scaled_objects_namespace(

@@ -74,7 +74,7 @@ def migrate_all(database_url: str) -> None:
 
 SINGLE_LEADERS = ("scheduler", "slicing")
 """Services that elect a leader on a Lease when they have replicas; `tessera up` runs one of each."""
-TOKEN_READERS = ("telemetry", "checkpoint")
+TOKEN_READERS = ("telemetry", "checkpoint", "forecaster")
 """Services whose tenant-facing reads check bearer tokens with admission (`tessera.core.tenant_tokens`):
 as open as admission on a local stack."""
 

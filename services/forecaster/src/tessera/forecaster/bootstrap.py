@@ -66,6 +66,7 @@ def build(settings: ForecasterSettings) -> ServiceDefinition[ForecasterDeps]:
             history_s=settings.history_h * 3600,
             default_window_s=settings.default_window_s,
             leader=leader,
+            tokens=settings.tokens(),
         )
 
     https = []

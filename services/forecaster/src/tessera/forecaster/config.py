@@ -1,4 +1,8 @@
-"""Settings of the forecaster service: env prefix `TESSERA_FORECASTER_`."""
+"""Settings of the forecaster service: env prefix `TESSERA_FORECASTER_`.
+
+``GET /v1/series`` needs a bearer token, checked with admission (``admission_url``) as telemetry checks
+tokens for its usage API: a tenant's sees its own namespace's series; ``auth=disabled`` only for a local
+stack."""
 
 from __future__ import annotations
 
@@ -6,10 +10,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr
 
 from tessera.cluster.leader_settings import LeaderElectionSettings
 from tessera.core.settings import HttpsServing, ServiceSettings, http_port, service_config
+from tessera.core.tenant_tokens import AuthMode, TenantTokens
 
 
 class ForecasterLeaderElection(LeaderElectionSettings):
@@ -75,6 +80,20 @@ class ForecasterSettings(ServiceSettings):
     errors_retention_h: float = Field(
         48.0, gt=0, description="judged forecast errors older than this are deleted"
     )
+    admission_url: str | None = Field(
+        None,
+        description="admission's API, to check a tenant's bearer token for GET /v1/series; "
+        "without it only the admin token (or auth disabled) may list series",
+    )
+    auth: AuthMode = Field(
+        "required",
+        description="`disabled` only for a local stack: every caller lists every namespace's series",
+    )
+    admin_token: SecretStr | None = Field(None, description="the admin bearer token (admission's)")
+
+    def tokens(self) -> TenantTokens:
+        secret = self.admin_token.get_secret_value() if self.admin_token else None
+        return TenantTokens(self.admission_url, self.auth, secret, service="the series")
 
 
 @lru_cache

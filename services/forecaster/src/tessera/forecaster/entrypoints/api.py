@@ -5,7 +5,12 @@ A request names a namespace (the HPA's, or the ScaledObject's for KEDA's scaler)
 namespace may: a PredictiveAutoscaler's own series (its `autoscaler` label, `<namespace>.<name>`) is seen
 from its namespace alone, so a selector naming another namespace's autoscaler matches nothing and an
 empty selector sums the namespace's own series. Series no autoscaler owns (`gpu_busy` per shape,
-applications' recorded metrics) carry no namespace and are the cluster's."""
+applications' recorded metrics) carry no namespace and are the cluster's.
+
+`GET /v1/series` lists series the same way for a tenant, whose namespace is its name (as admission
+takes a labelled Job's namespace for its tenant): its bearer token is checked with admission
+(`tessera.core.tenant_tokens`, as telemetry's usage API checks it) and the tenant sees what a request in
+its namespace would; the admin token sees every namespace's; `auth=disabled` (the local stack) too."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
+from tessera.core.tenant_tokens import AUTH_RESPONSES
 from tessera.forecaster.adapters.repository import SeriesRepository
 from tessera.forecaster.domain.autoscaler import AUTOSCALER_LABEL
 from tessera.forecaster.domain.model import Series
@@ -143,12 +149,21 @@ router = APIRouter()
 router.include_router(metrics_router)
 
 
-@router.get("/v1/series", tags=["forecasts"])
-async def list_series(request: Request) -> list[dict[str, Any]]:
+@router.get("/v1/series", tags=["forecasts"], responses=AUTH_RESPONSES)
+async def list_series(
+    request: Request,
+    namespace: str | None = Query(None, description="only what a request in this namespace may read"),
+) -> list[dict[str, Any]]:
+    """Each series' chosen model, backtest scores and served value. A tenant's token sees the series of
+    its own namespace (and the cluster's, which no namespace owns), as the external metrics API does."""
     deps = _deps(request)
+    scope = await deps.tokens.scope(request, namespace)
     now = deps.clock()
     out = []
     async with deps.uow() as uow:
+        if scope.tenant is not None or scope.nothing:
+            # no known tenant: as from no namespace, the cluster's series alone
+            uow.series = NamespacedSeries(uow.series, scope.tenant or "")
         for s in await uow.series.all():
             model = await uow.models.get(s.id)
             value = await metric_value(

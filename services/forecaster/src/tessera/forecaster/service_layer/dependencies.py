@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from tessera.cluster.leader import LeaderElector
+from tessera.core.tenant_tokens import TenantTokens
 from tessera.forecaster.domain.model import Series
 from tessera.forecaster.domain.selection import Candidate
 from tessera.forecaster.service_layer.engine import EngineConfig, SeriesForecaster
@@ -43,6 +44,8 @@ class ForecasterDeps:
     autoscaler_passes: int = 0
     #: with a kubeconfig, the elector of the replica that forecasts and reconciles (None: this one does)
     leader: LeaderElector | None = None
+    #: who a bearer token reads for (admission says); by default only a configured admin token reads
+    tokens: TenantTokens = field(default_factory=TenantTokens)
 
     def forecaster(self, series_id: int) -> SeriesForecaster:
         if series_id not in self.forecasters:

@@ -47,6 +47,15 @@ def test_each_service_runs_its_module_against_the_shared_nats_and_postgres() -> 
         assert spec["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
 
 
+def test_the_services_reading_for_tenants_are_as_open_as_admission() -> None:
+    """A local stack has no tokens: the routes that check a tenant's token with admission are open
+    there as admission is (they would answer every request 401 or 403 otherwise)."""
+    services = compose()["services"]
+    assert services["admission"]["environment"]["TESSERA_ADMISSION_AUTH"] == "disabled"
+    for name in ("telemetry", "checkpoint", "forecaster"):
+        assert services[name]["environment"][f"TESSERA_{name.upper()}_AUTH"] == "disabled", name
+
+
 def test_mounted_files_exist_in_the_repository() -> None:
     for spec in compose()["services"].values():
         for volume in spec.get("volumes", []):

@@ -3,6 +3,7 @@ and the rebuild step that finds bound pods the placements table does not know.""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,8 +26,10 @@ from tessera.scheduler.domain.snapshot import Allocation
 from tessera.scheduler.service_layer.outcomes import GangInfo
 from tessera.scheduler.service_layer.rebuild import adopt_cluster_pods, without_members
 from tessera.scheduler.service_layer.watches import hold_bound_pod
+from tessera.testing.builders import a_job
 
 NODE = gpu_node("gpu-0", "A100-80GB", 2)
+JOBS = "default"  # where admission makes submitted jobs' workloads
 
 
 def held(
@@ -106,12 +109,14 @@ async def test_the_rebuild_adopts_our_unrecorded_bound_pods_and_counts_foreign_o
     uuids = {"gpu-0": {gpu.index: gpu.uuid for gpu in NODE.gpus}}
     gangs = {"job-1": GangInfo("job-1", "job")}
 
-    adopted, held_pods = adopt_cluster_pods(cluster, nodes, uuids, gangs, recorded={"default/train-1"})
+    specs = {"job-1": a_job("j").tenant("team-b").group("pods", replicas=2, gpus=1).build()}
+
+    adopted, held_pods = adopt_cluster_pods(cluster, nodes, uuids, gangs, {"default/train-1"}, specs, JOBS)
 
     assert [(a.pod, a.gang, a.gpu_milli) for a in adopted] == [("default/train-0", "job-1", ((0, 1000),))]
     # the stranger is ours but of no gang being rebuilt: someone else bound it, so it holds its GPU
     assert sorted(pod_key(pod) for pod in held_pods) == ["default/other", "default/stranger"]
-    unknown_node, none_held = adopt_cluster_pods(cluster, {}, uuids, gangs, recorded=set())
+    unknown_node, none_held = adopt_cluster_pods(cluster, {}, uuids, gangs, set(), specs, JOBS)
     assert unknown_node == [] and none_held == []
 
 
@@ -138,7 +143,7 @@ async def test_the_rebuild_holds_pods_of_ours_bound_by_hand_and_leaves_them_out_
     uuids = {"gpu-0": {gpu.index: gpu.uuid for gpu in NODE.gpus}}
     gangs = {"default/ring": GangInfo("default/ring", "podgroup")}
 
-    adopted, held_pods = adopt_cluster_pods(cluster, nodes, uuids, gangs, recorded=set())
+    adopted, held_pods = adopt_cluster_pods(cluster, nodes, uuids, gangs, set(), {}, JOBS)
 
     assert adopted == [] and [pod_key(pod) for pod in held_pods] == ["default/other", "default/by-hand"]
     cache = SchedulerCache.rebuild(nodes.values())
@@ -157,3 +162,27 @@ async def test_the_rebuild_holds_pods_of_ours_bound_by_hand_and_leaves_them_out_
     lone = GangSpec("default/by-hand", (PodSpec("default/by-hand", "default/by-hand"),), 1)
     kept = without_members([ring, lone], {pod_key(pod) for pod in held_pods})
     assert [(g.name, [m.name for m in g.members]) for g in kept] == [("default/ring", ["default/waiting"])]
+
+
+async def test_the_rebuild_adopts_a_job_s_pod_only_from_the_job_s_namespaces(side: World) -> None:
+    """Before, any bound pod of ours that carried a pending job's id was adopted as its member,
+    whatever its namespace (the label proves nothing); on the watches such a pod is no member."""
+    fake, cluster = side
+    labels = {JOB_ID_LABEL: "job-1"}
+    fake.add_pod(held("in-jobs", labels=labels))
+    fake.add_pod(dataclasses.replace(held("in-tenant", labels=labels), namespace="team-b"))
+    fake.add_pod(dataclasses.replace(held("intruder", labels=labels), namespace="team-a"))
+    await cluster.start(timeout=5)
+    nodes = {"gpu-0": node_info(NODE)}
+    uuids = {"gpu-0": {gpu.index: gpu.uuid for gpu in NODE.gpus}}
+    gangs = {"job-1": GangInfo("job-1", "job")}
+    specs = {"job-1": a_job("j").tenant("team-b").group("pods", replicas=2, gpus=1).build()}
+
+    adopted, held_pods = adopt_cluster_pods(cluster, nodes, uuids, gangs, set(), specs, JOBS)
+
+    assert sorted(a.pod for a in adopted) == ["default/in-jobs", "team-b/in-tenant"]
+    assert sorted(pod_key(pod) for pod in held_pods) == ["default/other", "team-a/intruder"], (
+        "no member: it holds its GPU as someone else's pod"
+    )
+    no_spec, _ = adopt_cluster_pods(cluster, nodes, uuids, gangs, set(), {}, JOBS)
+    assert no_spec == [], "a job's membership is known from its pending spec alone"

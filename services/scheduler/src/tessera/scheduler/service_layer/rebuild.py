@@ -44,6 +44,7 @@ from tessera.scheduler.service_layer.gangs import (
     inventory_uuids,
     job_gang,
     job_gang_of_pods,
+    job_namespaces,
     job_pod_names,
     member_group,
 )
@@ -91,7 +92,9 @@ async def rebuild(
         held: list[Pod] = []
         if cluster is not None:
             with steps("adopt_cluster_pods"):
-                adopted, held = adopt_cluster_pods(cluster, nodes, uuids, pending.gangs, recorded)
+                adopted, held = adopt_cluster_pods(
+                    cluster, nodes, uuids, pending.gangs, recorded, pending.specs, settings.namespace
+                )
                 bound += adopted
                 pending.known = without_members(pending.known, {pod_key(pod) for pod in held})
         with steps("learn_typical_workload"):
@@ -227,13 +230,16 @@ def adopt_cluster_pods(
     uuids: Uuids,
     gangs: Mapping[str, GangInfo],
     recorded: set[str],
+    specs: Mapping[str, JobSpec],
+    jobs_namespace: str,
 ) -> tuple[list[Allocation], list[Pod]]:
     """What the cluster shows bound on known nodes that the table does not: (pods of our gangs bound
     before their placement was recorded, pods that hold capacity as someone else's placement).
 
-    The first are members of a gang being rebuilt that carry the assignment our binds write. The
-    second are pods of other schedulers, and pods of ours that someone else bound (no member, or
-    no assignment), but for those being deleted: the scheduler let them go."""
+    The first are members of a gang being rebuilt that carry the assignment our binds write; a pod
+    with a job's id is a member only in the job's namespaces (:func:`~.gangs.job_namespaces`), as
+    on the watches. The second are pods of other schedulers, and pods of ours that someone else
+    bound (no member, or no assignment), but for those being deleted: the scheduler let them go."""
     adopted: list[Allocation] = []
     held: list[Pod] = []
     for pod in cluster.cache.pods.store.values():
@@ -245,7 +251,7 @@ def adopt_cluster_pods(
             continue
         if key in recorded:
             continue
-        gang = _gang_of(pod, gangs)
+        gang = _gang_of(pod, gangs, specs, jobs_namespace)
         allocation = _cluster_allocation(pod, gang, uuids.get(pod.node_name or "", {})) if gang else None
         if allocation is not None:
             adopted.append(allocation)
@@ -342,11 +348,17 @@ def recover_gangs(
     return outcomes
 
 
-def _gang_of(pod: Pod, gangs: Mapping[str, GangInfo]) -> str | None:
-    """The gang being rebuilt that ``pod`` is a member of, if any: its job's, else its PodGroup's,
-    else its own."""
-    key = pod_key(pod)
-    gang = pod.labels.get(JOB_ID_LABEL) or (f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else key)
+def _gang_of(
+    pod: Pod, gangs: Mapping[str, GangInfo], specs: Mapping[str, JobSpec], jobs_namespace: str
+) -> str | None:
+    """The gang being rebuilt that ``pod`` is a member of, if any: a pending job's (its spec known,
+    the pod in one of its namespaces), else its PodGroup's, else its own."""
+    job_id = pod.labels.get(JOB_ID_LABEL)
+    if job_id:
+        spec = specs.get(job_id)
+        member = spec is not None and pod.namespace in job_namespaces(spec, jobs_namespace)
+        return job_id if member and job_id in gangs else None
+    gang = f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else pod_key(pod)
     return gang if gang in gangs else None
 
 

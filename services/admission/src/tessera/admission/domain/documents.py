@@ -3,7 +3,7 @@ and its mapping onto the pure queueing model. Pure: pydantic only, no I/O."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -26,6 +26,7 @@ from tessera.admission.domain.queueing import (
     TenantQueue,
     WithinQueuePolicy,
 )
+from tessera.admission.domain.tokens import reserved_tenant
 
 NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=NAME, max_length=63)]
@@ -217,6 +218,17 @@ def build_config(
     )
 
 
+@dataclass(frozen=True)
+class SkippedEntry:
+    """A stored entry the configuration is built without, why, and how to fix it."""
+
+    field: str
+    reason: str
+    fix: str
+    entry: dict[str, Any]
+    """The entry as stored."""
+
+
 @dataclass
 class StoredConfig:
     """The whole stored configuration, as documents; `build()` checks it."""
@@ -234,7 +246,27 @@ class StoredConfig:
         """No queue is configured: admission admits every valid job (see ADR 0007)."""
         return not self.queues
 
+    def skipped(self) -> list[SkippedEntry]:
+        """Stored entries that a rule made since they were stored refuses on their own (a tenant queue
+        for a reserved tenant name): `usable` leaves them out, so one such row does not stop the
+        configuration of every other queue and tenant."""
+        out = []
+        for tq in self.tenant_queues:
+            if (reserved := reserved_tenant(tq.tenant)) is not None:
+                fix = (
+                    f"delete it (DELETE /v1/tenant-queues/{tq.tenant}) and map the tenant's jobs "
+                    f"under another tenant name"
+                )
+                out.append(SkippedEntry(f"tenant_queues.{tq.tenant}.tenant", reserved, fix, dump(tq)))
+        return out
+
+    def usable(self) -> StoredConfig:
+        """This configuration without its `skipped` entries: what admission decides on."""
+        kept = [tq for tq in self.tenant_queues if reserved_tenant(tq.tenant) is None]
+        return replace(self, tenant_queues=kept)
+
     def build(self) -> QueueingConfig:
+        """Check all of it, `skipped` entries included; raises `QueueingValidationError`."""
         return build_config(
             self.flavors,
             self.cohorts,

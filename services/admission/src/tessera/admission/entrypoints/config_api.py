@@ -180,6 +180,28 @@ async def get_config(request: Request, caller: Caller) -> QueueingDocument:
     )
 
 
+class SkippedEntryView(BaseModel):
+    field: str
+    reason: str
+    fix: str
+    entry: dict[str, Any]
+
+
+class ConfigStatus(BaseModel):
+    skipped: list[SkippedEntryView]
+    """Stored entries admission decides without (a rule made since they were stored refuses them),
+    each with why and how to fix it; the rest of the configuration is in force."""
+
+
+@router.get("/config/status", tags=["config"], response_model=ConfigStatus)
+async def get_config_status(request: Request, caller: Caller) -> ConfigStatus:
+    """Whether the stored configuration is in force whole (admin): the entries it is built without."""
+    caller.require_admin("read the configuration's status")
+    async with deps_of(request).uow() as uow:
+        stored = await uow.config.load()
+    return ConfigStatus(skipped=[SkippedEntryView(**dataclasses.asdict(e)) for e in stored.skipped()])
+
+
 @router.get("/queues/{name}/status", tags=["queues"], response_model=QueueStatus)
 async def get_queue_status(request: Request, caller: Caller, name: str) -> QueueStatus:
     """Usage, borrowed and lent quota per flavor and resource, pending and admitted jobs. A tenant's

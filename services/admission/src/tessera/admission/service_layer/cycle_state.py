@@ -19,6 +19,7 @@ from tessera.admission.domain.queueing import (
     Workload,
 )
 from tessera.admission.domain.workloads import OPEN_FLAVOR, OPEN_QUEUE, ActiveJob, open_config, to_workload
+from tessera.admission.service_layer.configuration import usable_config
 from tessera.admission.service_layer.shape_view import free_shape
 from tessera.admission.service_layer.unit_of_work import AdmissionUnitOfWork
 
@@ -44,7 +45,7 @@ async def load_cycle_state(uow: AdmissionUnitOfWork, now: datetime) -> CycleStat
     if open_mode:
         config = open_config({r for job in active for g in job.workload["groups"] for r in g["requests"]})
     else:
-        config = stored.build()
+        config = usable_config(stored)
     engine = QueueingEngine(config)
     state = CycleState(stored, config, engine, {}, None)
     workloads: dict[str, Workload] = {}

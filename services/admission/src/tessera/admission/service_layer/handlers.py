@@ -17,6 +17,7 @@ from tessera.admission.domain.model import InvalidTransition, Job, JobCheckpoint
 from tessera.admission.domain.queueing import QueueingEngine, QueueingValidationError
 from tessera.admission.domain.templates import job_template_errors
 from tessera.admission.domain.workloads import groups_of, open_config, tenant_queue, to_workload
+from tessera.admission.service_layer.configuration import usable_config
 from tessera.admission.service_layer.unit_of_work import AdmissionUnitOfWork
 from tessera.contracts.base import FieldError
 from tessera.contracts.events import (
@@ -57,7 +58,7 @@ async def _queueing_view(
     stored = await uow.config.load()
     groups = groups_of(spec)
     open_mode = stored.open_mode
-    config = open_config({r for g in groups for r in g["requests"]}) if open_mode else stored.build()
+    config = open_config({r for g in groups for r in g["requests"]}) if open_mode else usable_config(stored)
     queue = tenant_queue(config, spec.tenant, spec.queue, open_mode)
     priority = config.priority_of(spec.priority_class) if spec.priority_class else spec.priority
     workload = to_workload(

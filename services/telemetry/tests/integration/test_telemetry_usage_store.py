@@ -17,6 +17,8 @@ from tessera.core.db.engine import make_engine, make_session_factory
 from tessera.core.db.migrations import migrate
 from tessera.telemetry.adapters import orm
 from tessera.telemetry.domain.attribution import UNKNOWN
+from tessera.telemetry.domain.directory import PlacedPod
+from tessera.telemetry.domain.rightsizing import FindingKind, Recommendation
 from tessera.telemetry.domain.usage import UsageKey, UsageRow
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
 from tessera.telemetry.service_layer.usage import record_usage
@@ -142,5 +144,64 @@ async def test_two_instances_rebuilding_one_day_at_once_leave_the_sums_of_both(f
         async with unit() as uow:
             days = [tuple(r) for r in await uow.session.execute(text(DAILY))]
         assert days == [(DAY, "job-a", 140.0, 20)]
+    finally:
+        await engine.dispose()
+
+
+async def test_pods_of_one_name_in_two_namespaces_are_two_placements(fresh_database: str) -> None:
+    """Two tenants run `llama-0` in their namespaces: both placements are stored and loaded, and
+    ending one job's pods (and its findings) leaves the other's. A placement stored before placements
+    named their namespace (telemetry_0004) is kept, with namespace "" (matched by name alone)."""
+    await asyncio.to_thread(migrate, "telemetry", fresh_database, "telemetry_0004")
+    engine = make_engine(fresh_database, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO telemetry.pod_placements (pod, job_id, node, gpus, placed_at) "
+                    """VALUES ('old-0', 'j-old', 'n0', '[{"uuid": "GPU-o", "milli": 500}]', now())"""
+                )
+            )
+    finally:
+        await engine.dispose()
+    await asyncio.to_thread(migrate, "telemetry", fresh_database)
+    engine = make_engine(fresh_database, pool_size=1)
+    sessions = make_session_factory(engine)
+
+    def unit() -> TelemetryUnitOfWork:
+        return TelemetryUnitOfWork(sessions, orm.outbox, orm.inbox, "tessera/telemetry")
+
+    try:
+        async with unit() as uow:
+            await uow.directory.place(
+                [
+                    PlacedPod("llama-0", "ja", "n0", {"GPU-a": 1000}, "team-a"),
+                    PlacedPod("llama-0", "jb", "n1", {"GPU-b": 1000}, "team-b"),
+                ],
+                DAY,
+            )
+            for namespace, job_id in (("team-a", "ja"), ("team-b", "jb")):
+                rec = Recommendation(
+                    FindingKind.FITS_SMALLER_SHARE, "n0", f"GPU-{namespace}", "A100-80GB", namespace,
+                    "llama-0", "main", DAY, DAY, 40, 1000, 10.0, 2048, 150, None,
+                )  # fmt: skip
+                assert await uow.rightsizing.open(job_id, namespace, rec, {})
+            await uow.commit()
+        async with unit() as uow:
+            loaded = await uow.directory.load()
+        assert {k: p.job_id for k, p in loaded.pods.items()} == {
+            ("", "old-0"): "j-old",
+            ("team-a", "llama-0"): "ja",
+            ("team-b", "llama-0"): "jb",
+        }
+        async with unit() as uow:
+            await uow.directory.end_pods("ja", ["llama-0"], DAY)
+            await uow.rightsizing.end_for_pods("ja", ["llama-0"], DAY)
+            await uow.commit()
+        async with unit() as uow:
+            loaded = await uow.directory.load()
+            findings = await uow.rightsizing.open_findings()
+        assert set(loaded.pods) == {("", "old-0"), ("team-b", "llama-0")}
+        assert [(ns, pod) for _, ns, pod, _, _ in findings] == [("team-b", "llama-0")]
     finally:
         await engine.dispose()

@@ -25,7 +25,7 @@ from tessera.telemetry.domain.rightsizing import (
     recommended_milli,
     smallest_mig_profile,
 )
-from tessera.telemetry.domain.usage import Accountant, AccountingPolicy, JobRef
+from tessera.telemetry.domain.usage import Accountant, AccountingPolicy, JobRef, PodKey
 from tessera.telemetry.domain.usage_report import GroupBy, totals
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
@@ -95,7 +95,7 @@ def test_mig_devices_find_their_gpu_and_hold_their_profiles_compute_share() -> N
 
 def test_the_scheduler_placed_share_wins_over_replica_guessing() -> None:
     grants = [DeviceGrant("ns", "a", "c", "nvidia.com/gpu", f"{GPU}::0")]
-    by_gpu, _ = holders_from_grants(grants, placed_milli=lambda pod, uuid: 400 if pod == "a" else None)
+    by_gpu, _ = holders_from_grants(grants, placed_milli=lambda ns, pod, uuid: 400 if pod == "a" else None)
     assert by_gpu[GPU][0].milli == 400
 
 
@@ -114,9 +114,9 @@ def run(
     pod: str = "solo",
     start: datetime = T0,
     step_s: float = 10,
-    jobs: dict[str, JobRef] | None = None,
+    jobs: dict[PodKey, JobRef] | None = None,
 ) -> None:
-    jobs = jobs if jobs is not None else {pod: JobRef("job-1", "q", "tenant-a")}
+    jobs = jobs if jobs is not None else {("team-a", pod): JobRef("job-1", "q", "tenant-a")}
     for i, util in enumerate(utils):
         at = start + timedelta(seconds=step_s * i)
         accountant.add("n0", GPU, at, split_reading(util, 1000, [holder(pod)]), jobs, A100)
@@ -206,7 +206,7 @@ def test_a_pod_read_before_its_placement_arrived_is_billed_to_its_job_once_it_is
         [10.0] * 3,
         pod="late",
         start=T0 + timedelta(seconds=30),
-        jobs={"late": JobRef("job-9", "q", "tenant-b")},
+        jobs={("team-a", "late"): JobRef("job-9", "q", "tenant-b")},
     )
     (row,) = accountant.rows.values()
     assert (row.job_id, row.queue, row.tenant) == ("job-9", "q", "tenant-b")
@@ -239,7 +239,7 @@ def test_a_node_clock_far_off_is_clamped_and_reported() -> None:
 
 def test_totals_group_rows_by_tenant_queue_job_or_flavor() -> None:
     accountant = Accountant()
-    jobs = {"a": JobRef("job-a", "q1", "t1"), "b": JobRef("job-b", "q2", "t2")}
+    jobs = {("team-a", "a"): JobRef("job-a", "q1", "t1"), ("team-a", "b"): JobRef("job-b", "q2", "t2")}
     for i in range(10):
         at = T0 + timedelta(seconds=10 * i)
         accountant.add("n0", GPU, at, split_reading(50, 0, [holder("a", 500), holder("b", 500)]), jobs, A100)

@@ -44,18 +44,18 @@ T0 = datetime(2026, 11, 23, 23, 30, tzinfo=UTC)
 @dataclass
 class FakeDirectory:
     jobs: dict[str, tuple[str, str, str]] = field(default_factory=dict)
-    placed: dict[str, tuple[PlacedPod, datetime | None]] = field(default_factory=dict)
+    placed: dict[tuple[str, str], tuple[PlacedPod, datetime | None]] = field(default_factory=dict)
 
     async def upsert_job(self, job_id: str, name: str, tenant: str, queue: str, at: datetime) -> None:
         self.jobs[job_id] = (name, tenant, queue)
 
     async def place(self, pods: Sequence[PlacedPod], at: datetime) -> None:
-        self.placed.update({p.pod: (p, None) for p in pods})
+        self.placed.update({p.key: (p, None) for p in pods})
 
     async def end_pods(self, job_id: str, pods: Sequence[str] | None, at: datetime) -> None:
-        for name, (p, ended) in list(self.placed.items()):
-            if p.job_id == job_id and ended is None and (pods is None or name in pods):
-                self.placed[name] = (p, at)
+        for key, (p, ended) in list(self.placed.items()):
+            if p.job_id == job_id and ended is None and (pods is None or p.pod in pods):
+                self.placed[key] = (p, at)
 
     async def load(self) -> JobDirectory:
         directory = JobDirectory()
@@ -105,9 +105,9 @@ class FakeRightsizing:
     async def open_findings(self) -> list[tuple[str, str, str, str, str]]:
         return [k for k, (_, ended) in self.open_.items() if ended is None]
 
-    async def end_for_pods(self, pods: Sequence[str], at: datetime) -> None:
+    async def end_for_pods(self, job_id: str, pods: Sequence[str], at: datetime) -> None:
         for key, (job, ended) in list(self.open_.items()):
-            if key[2] in pods and ended is None:
+            if key[2] in pods and job in (job_id, "unknown") and ended is None:
                 self.open_[key] = (job, at)
 
 
@@ -145,14 +145,19 @@ async def test_jobs_and_placements_name_what_a_pod_is_billed_to_and_the_share_it
         job_id="j1",
         placements=[
             PodPlacement(
-                pod="train-0", group="w", node="n0", gpus=[GpuAssignment(index=0, uuid="GPU-0", milli=250)]
+                pod="train-0",
+                namespace="ml",
+                group="w",
+                node="n0",
+                gpus=[GpuAssignment(index=0, uuid="GPU-0", milli=250)],
             )
         ],
     )
     await handle(on_gang_placed(ledger), uow, placed)
-    ref = ledger.directory.job_of("train-0")
+    ref = ledger.directory.job_of("ml", "train-0")
     assert ref is not None and (ref.job_id, ref.tenant, ref.queue) == ("j1", "team-a", "research")
-    assert ledger.directory.placed_milli("train-0", "GPU-0") == 250
+    assert ledger.directory.placed_milli("ml", "train-0", "GPU-0") == 250
+    assert ledger.directory.job_of("other", "train-0") is None
     assert uow.directory_store.jobs == {"j1": ("train", "team-a", "research")}
     restored = await uow.directory_store.load()  # what a restart would load
     assert restored.refs() == ledger.directory.refs()
@@ -162,14 +167,17 @@ async def test_jobs_and_placements_name_what_a_pod_is_billed_to_and_the_share_it
         uow,
         GangFinished(job_id="j1", succeeded=True, pods={"train-0": "Succeeded"}),
     )
-    assert ledger.directory.job_of("train-0") is None
+    assert ledger.directory.job_of("ml", "train-0") is None
     assert (await uow.directory_store.load()).pods == {}
 
 
 async def test_evicted_pods_end_and_their_open_findings_with_them() -> None:
     uow, ledger = FakeUsageUnitOfWork(), a_ledger()
     ledger.directory.place(
-        [PlacedPod("p-0", "j2", "n0", {"GPU-0": 1000}), PlacedPod("p-1", "j2", "n0", {"GPU-1": 1000})]
+        [
+            PlacedPod("p-0", "j2", "n0", {"GPU-0": 1000}, "ns"),
+            PlacedPod("p-1", "j2", "n0", {"GPU-1": 1000}, "ns"),
+        ]
     )
     await uow.directory_store.place(list(ledger.directory.pods.values()), T0)
     rec = Recommendation(
@@ -193,7 +201,7 @@ async def test_evicted_pods_end_and_their_open_findings_with_them() -> None:
         await record_recommendations(uow, [rec], ledger.directory)
         await uow.commit()
     await handle(on_pods_released(ledger), uow, PodsEvicted(job_id="j2", pods=["ns/p-0"], reason="node_lost"))
-    assert set(ledger.directory.pods) == {"p-1"}
+    assert set(ledger.directory.pods) == {("ns", "p-1")}
     assert uow.rightsizing_store.open_ and all(
         ended is not None for _, ended in uow.rightsizing_store.open_.values()
     )
@@ -202,7 +210,7 @@ async def test_evicted_pods_end_and_their_open_findings_with_them() -> None:
 async def test_a_recommendation_is_published_once_with_the_job_it_belongs_to() -> None:
     uow, ledger = FakeUsageUnitOfWork(), a_ledger()
     ledger.directory.add_job("j3", "team-b", "serving")
-    ledger.directory.place([PlacedPod("web-0", "j3", "n0", {"GPU-0": 1000})])
+    ledger.directory.place([PlacedPod("web-0", "j3", "n0", {"GPU-0": 1000}, "ns")])
     rec = Recommendation(
         FindingKind.WHOLE_GPU_UNDERUSED,
         "n0",
@@ -278,3 +286,97 @@ async def test_a_failed_flush_keeps_the_rows_for_the_next_one() -> None:
     assert flushed.rows == 1 and len(up.usage_store.rows) == 1
     assert sum(r.allocated_gpu_s for r in up.usage_store.rows.values()) == 60
     assert (await flush_usage(lambda: up, ledger, T0 + timedelta(minutes=3))).rows == 0
+
+
+def llama(job_id: str, namespace: str, uuid: str) -> GangPlaced:
+    gpus = [GpuAssignment(index=0, uuid=uuid, milli=1000)]
+    return GangPlaced(
+        job_id=job_id,
+        placements=[PodPlacement(pod="llama-0", namespace=namespace, group="w", node="n0", gpus=gpus)],
+    )
+
+
+def count_llamas(ledger: UsageLedger, start: datetime, n: int) -> None:
+    """`n` readings of each tenant's `llama-0` (team-a's on GPU-a, team-b's on GPU-b)."""
+    for i in range(n):
+        at = start + timedelta(seconds=10 * i)
+        for namespace, uuid in (("team-a", "GPU-a"), ("team-b", "GPU-b")):
+            reading = Reading("n0", 0, uuid, at, 50.0, 1000, 100, 40, "A100-80GB", 81920)
+            holders = [Holder(namespace, "llama-0", "main", uuid, 1000)]
+            ledger.count(reading, split_reading(50.0, 1000, holders), None)
+
+
+async def test_pods_of_one_name_in_two_tenants_namespaces_are_each_billed_to_their_own_job() -> None:
+    uow, ledger = FakeUsageUnitOfWork(), a_ledger()
+    for job_id, tenant in (("ja", "team-a"), ("jb", "team-b")):
+        announced = JobAccepted(job_id=job_id, name="llama", tenant=tenant, queue=f"{tenant}-q")
+        await handle(on_job_announced(ledger), uow, announced)
+        await handle(on_gang_placed(ledger), uow, llama(job_id, tenant, f"GPU-{tenant[-1]}"))
+    assert (await uow.directory_store.load()).refs() == ledger.directory.refs()  # after a restart too
+    count_llamas(ledger, T0, 6)
+    billed = {(r.key.namespace, r.job_id, r.tenant) for r in ledger.accountant.rows.values()}
+    assert billed == {("team-a", "ja", "team-a"), ("team-b", "jb", "team-b")}
+
+    # team-a's job ends: team-b's pod of the same name is still placed and billed to team-b
+    finished = GangFinished(job_id="ja", succeeded=True, pods={"llama-0": "Succeeded"})
+    await handle(on_pods_released(ledger), uow, finished)
+    assert set(ledger.directory.pods) == {("team-b", "llama-0")}
+    assert set((await uow.directory_store.load()).pods) == {("team-b", "llama-0")}
+    count_llamas(ledger, T0 + timedelta(hours=1), 6)  # the next hour's rows are made afresh
+    next_hour = [r for r in ledger.accountant.rows.values() if r.key.window_start > T0]
+    billed = {(r.key.namespace, r.job_id, r.tenant) for r in next_hour}
+    assert billed == {("team-a", "unknown", "unknown"), ("team-b", "jb", "team-b")}
+
+
+async def test_ending_a_job_ends_only_its_own_pods_findings() -> None:
+    uow, ledger = FakeUsageUnitOfWork(), a_ledger()
+    for job_id, tenant in (("ja", "team-a"), ("jb", "team-b")):
+        ledger.directory.add_job(job_id, tenant, "q")
+        ledger.directory.place([PlacedPod("trainer", job_id, "n0", {f"GPU-{tenant}": 1000}, tenant)])
+    kind = FindingKind.FITS_SMALLER_SHARE
+    recs = [
+        Recommendation(
+            kind,
+            "n0",
+            f"GPU-{ns}",
+            "A100-80GB",
+            ns,
+            "trainer",
+            "main",
+            T0,
+            T0,
+            40,
+            1000,
+            10.0,
+            2048,
+            150,
+            None,
+        )
+        for ns in ("team-a", "team-b")
+    ]
+    async with uow:
+        published = await record_recommendations(uow, recs, ledger.directory)
+        await uow.commit()
+    assert [(e.namespace, e.job_id, e.tenant) for e in published] == [
+        ("team-a", "ja", "team-a"),
+        ("team-b", "jb", "team-b"),
+    ]
+    await handle(on_pods_released(ledger), uow, PodsEvicted(job_id="ja", pods=["team-a/trainer"], reason="x"))
+    assert {k[1]: ended is None for k, (_, ended) in uow.rightsizing_store.open_.items()} == {
+        "team-a": False,
+        "team-b": True,
+    }
+
+
+def test_a_placement_from_before_namespaces_matches_its_pod_by_name_in_any_namespace() -> None:
+    old = {"pod": "trainer", "group": "w", "node": "n0", "gpus": []}  # a version-1 event as first sent
+    assert PodPlacement.model_validate(old).namespace == ""
+    directory = JobDirectory()
+    directory.add_job("j", "team-a", "q")
+    directory.place([PlacedPod("trainer", "j", "n0", {"GPU-0": 300})])
+    ref = directory.job_of("anywhere", "trainer")
+    assert ref is not None and ref.tenant == "team-a"
+    assert directory.placed_milli("anywhere", "trainer", "GPU-0") == 300
+    directory.place([PlacedPod("trainer", "k", "n0", {"GPU-0": 700}, "team-b")])  # named: it wins there
+    assert directory.placed_milli("team-b", "trainer", "GPU-0") == 700
+    assert directory.placed_milli("team-a", "trainer", "GPU-0") == 300

@@ -22,7 +22,7 @@ EXAMPLE_PRICES = Path(__file__).resolve().parents[4] / "examples" / "prices" / "
 
 def test_memory_hours_integrate_each_containers_memory_over_time() -> None:
     accountant = Accountant(AccountingPolicy(interval_s=10, max_gap_s=30))
-    jobs = {"pod-a": JobRef("job-a", "q", "team-a")}
+    jobs = {("ns", "pod-a"): JobRef("job-a", "q", "team-a")}
     holders = [Holder("ns", "pod-a", "main", GPU, 1000)]
     # the first hour: 20 GiB held, a reading every 10 s
     for i in range(360):

@@ -25,6 +25,13 @@ class PodPlacement(BaseModel):
     group: str
     node: str
     gpus: list[GpuAssignment] = []
+    namespace: str = Field(
+        "",
+        description=(
+            "the pod's namespace; pods are told apart by namespace and name. Empty in events from "
+            "before it was sent: consumers then match the pod by its name alone"
+        ),
+    )
 
 
 class GangPlaced(Message):

@@ -188,8 +188,10 @@ def pod_name(key: str) -> str:
 
 
 def placement_of(allocation: Allocation, group: str, uuids: Mapping[int, str]) -> PodPlacement:
+    namespace, _, name = allocation.pod.rpartition("/")
     return PodPlacement(
-        pod=pod_name(allocation.pod),
+        pod=name,
+        namespace=namespace,
         group=group,
         node=allocation.node,
         gpus=[

@@ -100,17 +100,19 @@ jobs = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
-#: the scheduler's placements: which job each pod belongs to and the share of each GPU it was given
+#: the scheduler's placements: which job each pod (namespace and name; the namespace "" when the
+#: placement did not name it) belongs to and the share of each GPU it was given
 pod_placements = Table(
     "pod_placements",
     metadata,
+    Column("namespace", String(253), nullable=False, server_default=""),
     Column("pod", String(253), nullable=False),
     Column("job_id", String(255), nullable=False),
     Column("node", String(253), nullable=False),
     Column("gpus", JSONB, nullable=False),  # [{"uuid": ..., "milli": ...}]
     Column("placed_at", DateTime(timezone=True), nullable=False),
     Column("ended_at", DateTime(timezone=True), nullable=True),
-    PrimaryKeyConstraint("pod", name="pk_pod_placements"),
+    PrimaryKeyConstraint("namespace", "pod", name="pk_pod_placements"),
     Index("ix_pod_placements_job_id", "job_id"),
 )
 

@@ -32,6 +32,7 @@ from tessera.telemetry.adapters.orm import (
     usage_daily,
     usage_hourly,
 )
+from tessera.telemetry.domain.attribution import UNKNOWN
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.rightsizing import Recommendation
 from tessera.telemetry.domain.usage import HOUR_S, UsageKey, UsageRow
@@ -43,7 +44,8 @@ class JobDirectoryRepository(Protocol):
     async def upsert_job(self, job_id: str, name: str, tenant: str, queue: str, at: datetime) -> None: ...
 
     async def place(self, pods: Sequence[PlacedPod], at: datetime) -> None:
-        """Record the pods of a placement, replacing an older placement of the same pod names."""
+        """Record the pods of a placement, replacing an older placement of the same pods (namespace
+        and name)."""
         ...
 
     async def end_pods(self, job_id: str, pods: Sequence[str] | None, at: datetime) -> None:
@@ -92,7 +94,9 @@ class RightsizingRepository(Protocol):
         """(gpu_uuid, namespace, pod, container, kind) of every open finding."""
         ...
 
-    async def end_for_pods(self, pods: Sequence[str], at: datetime) -> None: ...
+    async def end_for_pods(self, job_id: str, pods: Sequence[str], at: datetime) -> None:
+        """End the open findings of the job's pods of these names (or of pods billed to `unknown`)."""
+        ...
 
 
 class SqlJobDirectoryRepository:
@@ -109,6 +113,7 @@ class SqlJobDirectoryRepository:
             return
         rows = [
             {
+                "namespace": p.namespace,
                 "pod": p.pod,
                 "job_id": p.job_id,
                 "node": p.node,
@@ -139,13 +144,13 @@ class SqlJobDirectoryRepository:
         directory = JobDirectory()
         for r in await self.session.execute(select(jobs.c.job_id, jobs.c.tenant, jobs.c.queue)):
             directory.add_job(r.job_id, r.tenant, r.queue)
+        p = pod_placements.c
         placed = await self.session.execute(
-            select(
-                pod_placements.c.pod, pod_placements.c.job_id, pod_placements.c.node, pod_placements.c.gpus
-            ).where(pod_placements.c.ended_at.is_(None))
+            select(p.namespace, p.pod, p.job_id, p.node, p.gpus).where(p.ended_at.is_(None))
         )
         directory.place(
-            PlacedPod(r.pod, r.job_id, r.node, {g["uuid"]: int(g["milli"]) for g in r.gpus}) for r in placed
+            PlacedPod(r.pod, r.job_id, r.node, {g["uuid"]: int(g["milli"]) for g in r.gpus}, r.namespace)
+            for r in placed
         )
         return directory
 
@@ -416,12 +421,12 @@ class SqlRightsizingRepository:
         )
         return [(r.gpu_uuid, r.namespace, r.pod, r.container, r.kind) for r in rows]
 
-    async def end_for_pods(self, pods: Sequence[str], at: datetime) -> None:
+    async def end_for_pods(self, job_id: str, pods: Sequence[str], at: datetime) -> None:
         if not pods:
             return
         f = rightsizing_findings.c
         await self.session.execute(
             update(rightsizing_findings)
-            .where(f.pod.in_(list(pods)), f.ended_at.is_(None))
+            .where(f.pod.in_(list(pods)), f.job_id.in_([job_id, UNKNOWN]), f.ended_at.is_(None))
             .values(ended_at=at)
         )

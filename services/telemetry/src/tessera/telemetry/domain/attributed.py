@@ -9,7 +9,8 @@ from typing import Protocol
 from tessera.telemetry.domain.attribution import Share
 from tessera.telemetry.domain.model import Reading
 
-PlacedMilli = Callable[[str, str], int | None]
+#: (namespace, pod name, GPU uuid) -> the milli-GPU the scheduler placed, when it did
+PlacedMilli = Callable[[str, str, str], int | None]
 
 
 @dataclass(frozen=True)

@@ -100,10 +100,11 @@ class Share(NamedTuple):
 def holders_from_grants(
     grants: Sequence[DeviceGrant],
     mig_parents: Mapping[str, str] | None = None,
-    placed_milli: Callable[[str, str], int | None] | None = None,
+    placed_milli: Callable[[str, str, str], int | None] | None = None,
 ) -> tuple[dict[str, list[Holder]], list[DeviceGrant]]:
     """GPU uuid -> its holders, and the GPU grants whose GPU is not known (a MIG device no reading
-    names). `placed_milli(pod_name, gpu_uuid)` gives the share the scheduler placed, when it did."""
+    names). `placed_milli(namespace, pod_name, gpu_uuid)` gives the share the scheduler placed, when
+    it did."""
     by_gpu: dict[str, list[Holder]] = {}
     unresolved: list[DeviceGrant] = []
     parents = mig_parents or {}
@@ -113,7 +114,7 @@ def holders_from_grants(
             device = g.device_id
             cut = device.find(REPLICA_SEPARATOR)
             uuid = device if cut < 0 else device[:cut]
-            milli = placed_milli(g.pod, uuid) if placed_milli is not None else None
+            milli = placed_milli(g.namespace, g.pod, uuid) if placed_milli is not None else None
             if milli is None and cut < 0:
                 milli = MILLI_PER_GPU
             holder = Holder(g.namespace, g.pod, g.container, uuid, milli, None, cut >= 0)
@@ -153,7 +154,7 @@ class HolderCache:
         node: str,
         grants: Sequence[DeviceGrant],
         mig_parents: Mapping[str, str],
-        placed_milli: Callable[[str, str], int | None] | None,
+        placed_milli: Callable[[str, str, str], int | None] | None,
         placements: int,
     ) -> tuple[dict[str, list[Holder]], list[DeviceGrant]]:
         key = tuple(grants)

@@ -1,7 +1,10 @@
 """Which job, queue and tenant a pod's GPU use is billed to. Pure.
 
 Admission announces each job with its tenant and queue (`job_accepted`, `job_admitted`); the
-scheduler's `gang_placed` names the job's pods (by name) and the share of each GPU each was given.
+scheduler's `gang_placed` names the job's pods (by namespace and name) and the share of each GPU each
+was given. Pods are told apart by namespace and name: two tenants may run pods of the same name in
+their namespaces. A placement without a namespace (an event from before the scheduler sent it) is
+matched by the pod's name alone, in any namespace, unless a placement names the pod's namespace.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
 
-from tessera.telemetry.domain.usage import JobRef
+from tessera.telemetry.domain.usage import JobRef, PodKey, billed_to
 
 _PLACEMENTS = count(1)
 
@@ -22,16 +25,23 @@ class PlacedPod:
     node: str
     #: GPU uuid -> milli-GPU placed
     gpus: Mapping[str, int]
+    #: "" when the placement did not say: the pod is then matched by its name in any namespace
+    namespace: str = ""
+
+    @property
+    def key(self) -> PodKey:
+        return (self.namespace, self.pod)
 
 
 @dataclass
 class JobDirectory:
     jobs: dict[str, JobRef] = field(default_factory=dict)
-    pods: dict[str, PlacedPod] = field(default_factory=dict)
+    #: (namespace, name) -> the pod's placement
+    pods: dict[PodKey, PlacedPod] = field(default_factory=dict)
     #: changes whenever a pod is placed or ends (what `placed_milli` answers may then differ); never
     #: the same number in two directories (one loaded after a restart replaces the ledger's)
     placements: int = field(default_factory=lambda: next(_PLACEMENTS))
-    _refs: dict[str, JobRef] | None = None
+    _refs: dict[PodKey, JobRef] | None = None
 
     def add_job(self, job_id: str, tenant: str, queue: str) -> None:
         self.jobs[job_id] = JobRef(job_id, queue, tenant)
@@ -39,33 +49,36 @@ class JobDirectory:
 
     def place(self, pods: Iterable[PlacedPod]) -> None:
         for p in pods:
-            self.pods[p.pod] = p
+            self.pods[p.key] = p
         self.placements = next(_PLACEMENTS)
         self._refs = None
 
-    def end(self, pod_names: Iterable[str]) -> None:
-        for name in pod_names:
-            self.pods.pop(name, None)
+    def end(self, job_id: str, pod_names: Iterable[str] | None = None) -> None:
+        """The job's pods (all, or those of these names) let their GPUs go. A pod of the same name
+        placed for another job (in another namespace, or since) stays."""
+        names = None if pod_names is None else set(pod_names)
+        ended = [p for p in self.pods.values() if p.job_id == job_id and (names is None or p.pod in names)]
+        for p in ended:
+            del self.pods[p.key]
         self.placements = next(_PLACEMENTS)
         self._refs = None
 
-    def job_of(self, pod: str) -> JobRef | None:
-        placed = self.pods.get(pod)
-        if placed is None:
-            return None
-        return self.jobs.get(placed.job_id) or JobRef(placed.job_id, "unknown", "unknown")
+    def _placed(self, namespace: str, pod: str) -> PlacedPod | None:
+        return self.pods.get((namespace, pod)) or self.pods.get(("", pod))
 
-    def refs(self) -> dict[str, JobRef]:
-        """pod name -> what it is billed to, for every placed pod (kept until the directory changes)."""
+    def job_of(self, namespace: str, pod: str) -> JobRef | None:
+        return billed_to(self.refs(), namespace, pod)
+
+    def refs(self) -> dict[PodKey, JobRef]:
+        """(namespace, name) -> what the pod is billed to, for every placed pod (kept until the
+        directory changes); look a pod up with `usage.billed_to`."""
         if self._refs is None:
-            out = {}
-            for name in self.pods:
-                ref = self.job_of(name)
-                if ref is not None:
-                    out[name] = ref
-            self._refs = out
+            self._refs = {
+                key: self.jobs.get(p.job_id) or JobRef(p.job_id, "unknown", "unknown")
+                for key, p in self.pods.items()
+            }
         return self._refs
 
-    def placed_milli(self, pod: str, gpu_uuid: str) -> int | None:
-        placed = self.pods.get(pod)
+    def placed_milli(self, namespace: str, pod: str, gpu_uuid: str) -> int | None:
+        placed = self._placed(namespace, pod)
         return None if placed is None else placed.gpus.get(gpu_uuid)

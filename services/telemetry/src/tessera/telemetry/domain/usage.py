@@ -42,6 +42,15 @@ class JobRef:
 
 UNKNOWN_JOB = JobRef(UNKNOWN, UNKNOWN, UNKNOWN)
 
+#: a pod: (namespace, name)
+PodKey = tuple[str, str]
+
+
+def billed_to(jobs: Mapping[PodKey, JobRef], namespace: str, pod: str) -> JobRef | None:
+    """What the pod `namespace/pod` is billed to: its placement's job, else that of a placement of
+    its name without a namespace (sent before placements named one), else None."""
+    return jobs.get((namespace, pod)) or jobs.get(("", pod))
+
 
 class UsageKey(NamedTuple):
     """An hourly row's key. (A named tuple: hashed in C, for the lookups every flush makes.)"""
@@ -233,11 +242,12 @@ class Accountant:
         gpu_uuid: str,
         at: datetime,
         shares: Iterable[Share],
-        jobs: Mapping[str, JobRef],
+        jobs: Mapping[PodKey, JobRef],
         pricing: Pricing,
         now: datetime | None = None,
     ) -> None:
-        """Count one GPU reading's shares; `jobs` maps pod names to what they are billed to. What it
+        """Count one GPU reading's shares; `jobs` maps pods (namespace, name) to what they are
+        billed to (see `billed_to`). What it
         adds per tenant, queue and flavor is summed for `take_sums()` (the metrics)."""
         policy = self.policy
         stats = self.stats
@@ -270,7 +280,7 @@ class Accountant:
                 row = holding.row = self._row(key, s, jobs, pricing, at)
                 holding.hour = hour
             if row.job_id == UNKNOWN or row.tenant == UNKNOWN:
-                if (known := jobs.get(s.pod)) is not None:
+                if (known := billed_to(jobs, s.namespace, s.pod)) is not None:
                     # the placement (or the job's announcement, which comes on another stream) arrived
                     # after the pod's first readings: its hour is the job's, billed to its tenant
                     row.job_id, row.queue, row.tenant = known.job_id, known.queue, known.tenant
@@ -299,12 +309,12 @@ class Accountant:
             sums[3] += cost
 
     def _row(
-        self, key: UsageKey, s: Share, jobs: Mapping[str, JobRef], pricing: Pricing, at: datetime
+        self, key: UsageKey, s: Share, jobs: Mapping[PodKey, JobRef], pricing: Pricing, at: datetime
     ) -> UsageRow:
         """The row of `key`, made when the hour has none yet."""
         found = self.rows.get(key)
         if found is None:
-            job = jobs.get(s.pod) or UNKNOWN_JOB
+            job = billed_to(jobs, s.namespace, s.pod) or UNKNOWN_JOB
             found = self.rows[key] = UsageRow(
                 key,
                 job.job_id,

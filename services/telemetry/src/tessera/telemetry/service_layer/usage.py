@@ -133,7 +133,7 @@ async def record_usage(
 
 
 def recommendation_event(r: Recommendation, directory: JobDirectory) -> RightsizingRecommended:
-    job = directory.job_of(r.pod) or UNKNOWN_JOB
+    job = directory.job_of(r.namespace, r.pod) or UNKNOWN_JOB
     return RightsizingRecommended(
         kind=r.kind.value,
         namespace=r.namespace,
@@ -263,7 +263,7 @@ def on_gang_placed(ledger: UsageLedger) -> Handler[TelemetryUnitOfWork]:
         event = _parse(envelope, GangPlaced)
         assert isinstance(event, GangPlaced)
         pods = [
-            PlacedPod(p.pod, event.job_id, p.node, {g.uuid: g.milli for g in p.gpus})
+            PlacedPod(p.pod, event.job_id, p.node, {g.uuid: g.milli for g in p.gpus}, p.namespace)
             for p in event.placements
         ]
         await uow.directory.place(pods, envelope.time or datetime.now(UTC))
@@ -273,21 +273,25 @@ def on_gang_placed(ledger: UsageLedger) -> Handler[TelemetryUnitOfWork]:
 
 
 def on_pods_released(ledger: UsageLedger) -> Handler[TelemetryUnitOfWork]:
-    """`gang_finished` and `pods_evicted`: the pods let their GPUs go; open findings about them end."""
+    """`gang_finished` and `pods_evicted`: the job's pods let their GPUs go; open findings about
+    them end. Pods of the same names of other jobs (other tenants' namespaces) are left alone."""
 
     async def handle_pods_released(envelope: Envelope, uow: TelemetryUnitOfWork) -> None:
         event = _parse(envelope, GangFinished, PodsEvicted)
         at = envelope.time or datetime.now(UTC)
         if isinstance(event, GangFinished):
-            pods = list(event.pods) or [
-                name for name, p in ledger.directory.pods.items() if p.job_id == event.job_id
-            ]
-            await uow.directory.end_pods(event.job_id, list(event.pods) or None, at)
+            named: list[str] | None = list(event.pods) or None
         else:
             assert isinstance(event, PodsEvicted)
-            pods = [p.partition("/")[2] or p for p in event.pods]
-            await uow.directory.end_pods(event.job_id, pods, at)
-        await uow.rightsizing.end_for_pods(pods, at)
-        ledger.directory.end(pods)
+            named = [p.partition("/")[2] or p for p in event.pods]
+        job_id = event.job_id
+        pods = (
+            named
+            if named is not None
+            else [p.pod for p in ledger.directory.pods.values() if p.job_id == job_id]
+        )
+        await uow.directory.end_pods(job_id, named, at)
+        await uow.rightsizing.end_for_pods(job_id, pods, at)
+        ledger.directory.end(job_id, named)
 
     return handle_pods_released

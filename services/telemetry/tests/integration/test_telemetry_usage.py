@@ -280,3 +280,6 @@ async def test_usage_is_scoped_to_the_tenant_of_the_token(
     only_b = await get(tokens["team-b"], tenant="team-b")
     assert groups(only_b) == ["team-b"]
     assert only_b.json()["top_wasters"][0]["group"] == "job-b"  # idle all hour
+    # from within the hour: that hour counts, and the answer says where the period began
+    mid_hour = await get(ADMIN, **{"from": (T0 + timedelta(minutes=30)).isoformat()})
+    assert groups(mid_hour) == ["team-a", "team-b"] and mid_hour.json()["from"] == T0.isoformat()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from tessera.telemetry.domain.attribution import UNKNOWN
 from tessera.telemetry.domain.directory import PlacedPod
 from tessera.telemetry.domain.rightsizing import FindingKind, Recommendation
 from tessera.telemetry.domain.usage import UsageKey, UsageRow
+from tessera.telemetry.domain.usage_report import GroupBy
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
 from tessera.telemetry.service_layer.usage import record_usage
 
@@ -205,3 +206,14 @@ async def test_pods_of_one_name_in_two_namespaces_are_two_placements(fresh_datab
         assert [(ns, pod) for _, ns, pod, _, _ in findings] == [("team-b", "llama-0")]
     finally:
         await engine.dispose()
+
+
+async def test_totals_from_within_an_hour_count_that_whole_hour_on_the_utc_grid(units: Any) -> None:
+    """`tessera usage --from 24h` starts within an hour: that hour's row counts, as in the series."""
+    await save(units, [row(4, "p", "job-a", 100.0), row(3, "p", "job-a", 7.0)])
+    india = timezone(timedelta(hours=5, minutes=30))  # 10:00 there is 04:30 UTC, on no UTC hour
+    starts = [DAY + timedelta(hours=4, minutes=30), datetime(2026, 11, 20, 10, 0, tzinfo=india)]
+    for start in starts:
+        async with units() as uow:
+            (total,) = await uow.usage.totals(GroupBy.JOB, start, DAY + timedelta(hours=6))
+        assert (total.group, total.allocated_gpu_hours) == ("job-a", 100.0 / 3600)

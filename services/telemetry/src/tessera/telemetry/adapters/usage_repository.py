@@ -35,7 +35,7 @@ from tessera.telemetry.adapters.orm import (
 from tessera.telemetry.domain.attribution import UNKNOWN
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.rightsizing import Recommendation
-from tessera.telemetry.domain.usage import HOUR_S, UsageKey, UsageRow
+from tessera.telemetry.domain.usage import HOUR_S, UsageKey, UsageRow, hour_of
 from tessera.telemetry.domain.usage_report import GroupBy, UsageTotal
 from tessera.telemetry.domain.usage_series import HourSum
 
@@ -74,7 +74,9 @@ class UsageRepository(Protocol):
 
     async def totals(
         self, by: GroupBy, start: datetime, end: datetime, tenant: str | None = None
-    ) -> list[UsageTotal]: ...
+    ) -> list[UsageTotal]:
+        """Per group, the hourly rows of the hours from `start`'s (floored, UTC) to `end` summed."""
+        ...
 
     async def hour_sums(
         self, by: GroupBy, start: datetime, end: datetime, tenant: str | None = None
@@ -334,7 +336,8 @@ class SqlUsageRepository:
                 func.min(usage_hourly.c.queue).label("queue"),
                 *(func.sum(usage_hourly.c[c]).label(c) for c in _SUM_COLUMNS),
             )
-            .where(usage_hourly.c.window_start >= start, usage_hourly.c.window_start < end)
+            # the hour `start` falls in counts, as in `hour_sums`: rows are whole hours
+            .where(usage_hourly.c.window_start >= hour_of(start), usage_hourly.c.window_start < end)
             .group_by(group)
         )
         if tenant is not None:

@@ -231,7 +231,7 @@ async def get_usage(
         )[:top]
     return {
         "by": by.value,
-        "from": since.isoformat(),
+        "from": hour_floor(since).isoformat(),  # the hour it falls in counts (rows are whole hours)
         "to": to.isoformat(),
         "tenant": scope.tenant,
         "currency": deps.currency,

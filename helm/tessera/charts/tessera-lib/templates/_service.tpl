@@ -9,6 +9,8 @@ with, optionally, "env" / "volumes" / "volumeMounts" / "ports" (container ports 
 "pod" (fields added to the pod spec), "roleNamespace" (where the Role of rbac.namespaceRules goes; the
 release namespace by default) and "roles" (a list of (dict "namespace" NS "rules" RULES): more rules
 granted in one namespace only; rules for the same namespace share its Role "<name>").
+"asksAdmission" true: the service checks tenants' bearer tokens with admission, so its
+settings.admission_url defaults to the release's admission Service (http://<release>-admission:8080).
 rbac.releaseRules go in a Role "<name>-release" where the service keeps its leader's Lease:
 settings.leader_election.namespace when set, else the release namespace.
 */}}
@@ -130,6 +132,10 @@ spec:
             {{- end }}
             {{- with .env }}
             {{- toYaml . | nindent 12 }}
+            {{- end }}
+            {{- if and .asksAdmission (not $v.settings.admission_url) }}
+            - name: {{ $prefix }}ADMISSION_URL
+              value: {{ printf "http://%s:8080" (include "tessera-lib.shared" (dict "root" $ "suffix" "admission")) | quote }}
             {{- end }}
             {{- include "tessera-lib.settingsEnv" (dict "prefix" $prefix "settings" $v.settings) | nindent 12 }}
           startupProbe:

@@ -3,8 +3,9 @@ it): a GPU found held before anything is written rolls the operation back and un
 node someone else had cordoned stays cordoned after success, and one slicing cordoned in a step that
 was lost before its commit is still uncordoned after success; a node that never advertises the change
 fails the attempt at the verify deadline; an operation that fails for good leaves the node cordoned
-under its own name (a cordon someone else holds is left unnamed); more time-slicing replicas on a busy node are applied without
-a cordon or waiting for its pods."""
+under its own name (a cordon someone else holds is left unnamed); the MIG manager rebooting the node
+does not count against the apply timeout, up to the reboot allowance; more time-slicing replicas on a
+busy node are applied without a cordon or waiting for its pods."""
 
 from __future__ import annotations
 
@@ -278,6 +279,55 @@ async def test_a_failed_operation_leaves_a_cordon_someone_else_holds_unnamed(eng
     assert cluster.node_value.unschedulable
     assert CORDONED_BY_ANNOTATION not in cluster.node_value.annotations
     assert not any(call[0] == "cordon" for call in cluster.calls)
+
+
+async def test_a_reboot_of_the_node_does_not_count_against_the_apply_timeout(engine: AsyncEngine) -> None:
+    """The MIG manager reports rebooting for 3 of the attempt's 4 minutes, past a 1-minute apply timeout:
+    the attempt succeeds, where before it failed at the first minute."""
+    cluster = RecordingCluster(a_node())
+    clock = [T0]
+    policy = replace(POLICY, apply_timeout=timedelta(seconds=60), reboot_allowance=timedelta(minutes=5))
+    operator = replace(await drive(engine, cluster, clock), policy=policy)
+    while await step(operator, "op-1"):
+        pass
+    assert await state_of(operator) is OpState.APPLYING
+    cluster.node_value = replace(cluster.node_value, mig_config_state=MigConfigState.REBOOTING)
+    for seconds in range(30, 220, 20):  # stored between steps, as the deadline moves on
+        clock[0] = T0 + timedelta(seconds=seconds)
+        await step(operator, "op-1")
+    async with operator.uow() as unit:
+        op = await unit.operations.get("op-1")
+        assert op is not None and (op.state, op.attempts, op.retry_at) == (OpState.APPLYING, 1, None)
+        assert op.reboot_credit == timedelta(seconds=180) and op.rebooting_since == clock[0]
+    clock[0] = T0 + timedelta(seconds=230)
+    cluster.node_value = replace(
+        cluster.node_value,
+        mig_config_state=MigConfigState.SUCCESS,
+        extended_allocatable={"nvidia.com/gpu": 0, "nvidia.com/mig-7g.80gb": 1},
+    )
+    while await step(operator, "op-1"):
+        pass
+    assert await state_of(operator) is OpState.SUCCEEDED
+
+
+async def test_a_reboot_longer_than_the_allowance_still_fails_the_attempt(engine: AsyncEngine) -> None:
+    cluster = RecordingCluster(a_node())
+    clock = [T0]
+    policy = replace(POLICY, apply_timeout=timedelta(seconds=60), reboot_allowance=timedelta(seconds=100))
+    operator = replace(await drive(engine, cluster, clock), policy=policy)
+    while await step(operator, "op-1"):
+        pass
+    cluster.node_value = replace(cluster.node_value, mig_config_state=MigConfigState.REBOOTING)
+    for seconds in range(10, 160, 10):  # the deadline: 60 s, and 100 s of the reboot
+        clock[0] = T0 + timedelta(seconds=seconds)
+        await step(operator, "op-1")
+        assert await state_of(operator) is OpState.APPLYING
+    clock[0] = T0 + timedelta(seconds=170)
+    assert await step(operator, "op-1")
+    async with operator.uow() as unit:
+        op = await unit.operations.get("op-1")
+        assert op is not None and op.retry_at is not None
+        assert "still pending after the apply timeout" in (op.reason or "")
 
 
 def time_sliced_node(replicas: int) -> Node:

@@ -1,14 +1,17 @@
 """The per-node operation state machine: the path each kind of change takes, retries with backoff,
 failure that leaves the node cordoned, rollback before anything was written, the end of an operation
-whose node is gone, and what it announces."""
+whose node is gone, what it announces, and the node's reboot kept off the apply timeout (within its
+allowance)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pydantic import ValidationError
 
 from tessera.contracts.slicing import LayoutPlanned, ReconfigFailed, Reconfigured
+from tessera.slicing.config import OperationSettings
 from tessera.slicing.domain.operation import (
     Action,
     ApplyOutcome,
@@ -174,6 +177,41 @@ def test_bad_changes_and_policies_are_refused_naming_the_field() -> None:
         NodeChange("n", ChangeKind.MIG, "x" * 51, "[]", (MIG_GPU,), {})
     with pytest.raises(ValueError, match=r"retry\.max_attempts"):
         RetryPolicy(max_attempts=0)
+    with pytest.raises(ValueError, match=r"retry\.reboot_allowance"):
+        RetryPolicy(reboot_allowance=timedelta(seconds=-1))
+
+
+def test_rebooting_time_moves_the_apply_deadline_on_up_to_the_allowance() -> None:
+    policy = RetryPolicy(apply_timeout=timedelta(seconds=60), reboot_allowance=timedelta(seconds=100))
+    op = Operation.plan("op-1", a_change(), T0)
+    op.cordoned(T0, by_us=True)
+    op.drained(T0, policy)
+    op.written_config(T0)
+    assert op.deadline == at(60)
+    op.rebooting(at(30), policy)  # the first report: nothing counted yet
+    op.rebooting(at(70), policy)
+    assert op.deadline == at(100) and not op.overdue(at(70))
+    op.not_rebooting()  # pending again: that time counts
+    op.rebooting(at(90), policy)
+    op.rebooting(at(200), policy)  # 110 s more, of which 60 s are left of the allowance
+    assert (op.deadline, op.reboot_credit) == (at(160), timedelta(seconds=100))
+    assert op.overdue(at(200))
+    op.attempt_failed("still pending", at(200), policy)
+    assert (op.rebooting_since, op.reboot_credit) == (None, timedelta(0))  # the next attempt's own
+
+
+def test_the_reboot_allowance_setting_reaches_the_policy_and_is_bounded() -> None:
+    assert OperationSettings().policy().reboot_allowance == timedelta(minutes=15)
+    assert OperationSettings(reboot_allowance_s=0).policy().reboot_allowance == timedelta(0)
+    for bad in (-1, 86401):
+        with pytest.raises(ValidationError, match="reboot_allowance_s"):
+            OperationSettings(reboot_allowance_s=bad)
+
+
+def test_rebooting_is_only_for_an_attempt_that_was_written() -> None:
+    op = Operation.plan("op-1", a_change(), T0)
+    with pytest.raises(InvalidTransition):
+        op.rebooting(T0, POLICY)
 
 
 def test_the_mig_state_counts_only_for_the_attempts_own_label() -> None:

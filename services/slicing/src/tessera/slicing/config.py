@@ -29,6 +29,15 @@ class OperationSettings(BaseModel):
     max_backoff_s: float = Field(300.0, gt=0)
     drain_timeout_s: float = Field(1800.0, gt=0, description="how long to wait for pods to leave a GPU")
     apply_timeout_s: float = Field(300.0, gt=0, description="how long the MIG manager may stay pending")
+    reboot_allowance_s: float = Field(
+        900.0,
+        ge=0,
+        le=86400,
+        description=(
+            "time the MIG manager reports rebooting the node is not counted against apply_timeout_s, "
+            "up to this much an attempt (0: a reboot counts like pending)"
+        ),
+    )
     verify_timeout_s: float = Field(120.0, gt=0, description="how long until the node advertises the change")
     checkpoint_notice_s: float | None = Field(
         300.0,
@@ -46,6 +55,7 @@ class OperationSettings(BaseModel):
             max_backoff=timedelta(seconds=self.max_backoff_s),
             drain_timeout=timedelta(seconds=self.drain_timeout_s),
             apply_timeout=timedelta(seconds=self.apply_timeout_s),
+            reboot_allowance=timedelta(seconds=self.reboot_allowance_s),
             verify_timeout=timedelta(seconds=self.verify_timeout_s),
         )
 

@@ -49,6 +49,9 @@ operations = Table(
     Column("deadline", DateTime(timezone=True), nullable=True),
     Column("cordoned_by_us", Boolean, nullable=False),
     Column("reason", Text, nullable=True),
+    # the attempt's reboot credit (`Operation.rebooting`): the apply deadline moved on while rebooting
+    Column("rebooting_since", DateTime(timezone=True), nullable=True),
+    Column("reboot_credit_s", Float, nullable=False, server_default=text("0")),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )

@@ -200,6 +200,8 @@ class SqlOperationRepository:
             deadline=row["deadline"],
             cordoned_by_us=row["cordoned_by_us"],
             reason=row["reason"],
+            rebooting_since=row["rebooting_since"],
+            reboot_credit=timedelta(seconds=row["reboot_credit_s"]),
         )
         self._stored[op.operation_id] = (op.state, op.attempts)
         self.track(op)
@@ -234,6 +236,8 @@ def _row(op: Operation) -> dict[str, Any]:
         "deadline": op.deadline,
         "cordoned_by_us": op.cordoned_by_us,
         "reason": op.reason,
+        "rebooting_since": op.rebooting_since,
+        "reboot_credit_s": op.reboot_credit.total_seconds(),
         "updated_at": op.updated_at,
     }
 

@@ -12,7 +12,9 @@ while it works, so nothing new should land there. A time-slicing or MPS change c
 plan asks to drain. The domain decides; the service layer does the I/O the decision names (cordon,
 write the config and label, read the node) and stores the result before it acts on the next step.
 Each attempt writes its own config name (`<config>-<attempt>`), so a retry is a label change the MIG
-manager or device plugin sees, never a repeat it could ignore.
+manager or device plugin sees, never a repeat it could ignore. While the MIG manager reports that it
+is rebooting the node for the attempt, the apply deadline moves on (`rebooting`), up to the policy's
+reboot allowance an attempt: a slow reboot is not a MIG manager that is stuck.
 """
 
 from __future__ import annotations
@@ -136,10 +138,15 @@ class RetryPolicy:
     drain_timeout: timedelta = timedelta(minutes=30)
     apply_timeout: timedelta = timedelta(minutes=5)
     verify_timeout: timedelta = timedelta(minutes=2)
+    #: time the MIG manager reports `rebooting` (the node reboots to apply the layout) is not counted
+    #: against `apply_timeout`, up to this much an attempt
+    reboot_allowance: timedelta = timedelta(minutes=15)
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ValueError(f"retry.max_attempts: must be >= 1, got {self.max_attempts}")
+        if self.reboot_allowance < timedelta(0):
+            raise ValueError(f"retry.reboot_allowance: must be >= 0, got {self.reboot_allowance}")
 
     def backoff_after(self, attempts: int) -> timedelta:
         """Doubling from `backoff` after each failed attempt, at most `max_backoff`."""
@@ -159,6 +166,10 @@ class Operation:
     deadline: datetime | None = None
     cordoned_by_us: bool = False
     reason: str | None = None
+    #: the last time this attempt found the MIG manager `rebooting` the node (None: not since then)
+    rebooting_since: datetime | None = None
+    #: how much rebooting time this attempt's deadline was moved on by (at most the reboot allowance)
+    reboot_credit: timedelta = timedelta(0)
     events: list[Message] = field(default_factory=list)
 
     @classmethod
@@ -232,6 +243,25 @@ class Operation:
         """The MIG manager reported success (or the device plugin has its config): verify it."""
         self._go(OpState.VERIFYING, now)
         self.deadline = now + policy.verify_timeout
+        self._forget_reboot()
+
+    def rebooting(self, now: datetime, policy: RetryPolicy) -> None:
+        """The MIG manager reports it is rebooting the node for this attempt. The time since this
+        attempt last found it rebooting does not count against the apply timeout: the deadline moves
+        on by it, up to `policy.reboot_allowance` an attempt. (Time before the first such report, or
+        between the last one and the next state, counts as ordinary pending time.)"""
+        if self.state is not OpState.APPLYING or not self.written:
+            raise InvalidTransition(self.operation_id, self.state, OpState.APPLYING)
+        if self.rebooting_since is not None and self.deadline is not None:
+            credit = min(now - self.rebooting_since, policy.reboot_allowance - self.reboot_credit)
+            if credit > timedelta(0):
+                self.deadline += credit
+                self.reboot_credit += credit
+        self.rebooting_since = now
+
+    def not_rebooting(self) -> None:
+        """The MIG manager no longer reports rebooting (pending again, or an outcome)."""
+        self.rebooting_since = None
 
     def retry(self, now: datetime, policy: RetryPolicy) -> None:
         if self.state is not OpState.APPLYING or self.retry_at is None or now < self.retry_at:
@@ -240,6 +270,7 @@ class Operation:
         self.attempts += 1
         self.written = False
         self.deadline = now + policy.apply_timeout
+        self._forget_reboot()
         self.updated_at = now
 
     def attempt_failed(self, why: str, now: datetime, policy: RetryPolicy) -> None:
@@ -249,10 +280,12 @@ class Operation:
             self.retry_at = now + policy.backoff_after(self.attempts)
             self.written = False
             self.deadline = None
+            self._forget_reboot()
             self.reason = f"attempt {self.attempts} failed: {why}"
             return
         self._go(OpState.FAILED, now)
         self.deadline = None
+        self._forget_reboot()
         self.reason = f"{self.attempts} attempts failed; last: {why}"
         self._failed("left_cordoned", self.reason)
 
@@ -309,6 +342,11 @@ class Operation:
         self.written = False
         self.retry_at = None
         self.deadline = now + policy.apply_timeout
+        self._forget_reboot()
+
+    def _forget_reboot(self) -> None:
+        self.rebooting_since = None
+        self.reboot_credit = timedelta(0)
 
     def _go(self, to: OpState, now: datetime) -> None:
         if to not in TRANSITIONS.get(self.state, frozenset()):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tessera.cluster.conventions.names import CHECKPOINTABLE_ANNOTATION, JOB_ID_LABEL
-from tessera.cluster.domain.node import Node
+from tessera.cluster.domain.node import MigConfigState, Node
 from tessera.cluster.domain.requirements import Pod
 from tessera.cluster.port import NotFound
 from tessera.slicing.domain.operation import (
@@ -130,10 +130,15 @@ async def _act(operator: Operator, op: Operation, now: datetime, uow: SlicingUni
                 await _attempt_failed(
                     operator, op, f"nvidia.com/mig.config.state is failed for {op.attempt_config}", now
                 )
-            elif op.overdue(now):
-                await _attempt_failed(
-                    operator, op, f"{op.attempt_config} still pending after the apply timeout", now
-                )
+            else:
+                if _rebooting(op, node):  # a reboot's time is not the MIG manager being slow
+                    op.rebooting(now, policy)
+                else:
+                    op.not_rebooting()
+                if op.overdue(now):
+                    await _attempt_failed(
+                        operator, op, f"{op.attempt_config} still pending after the apply timeout", now
+                    )
         case Action.VERIFY:
             node = await cluster.node(change.node)
             resources = {k: v for k, v in node.extended_allocatable.items() if k.startswith("nvidia.com/")}
@@ -172,6 +177,15 @@ def _outcome(op: Operation, node: Node) -> ApplyOutcome:
         return ApplyOutcome.SUCCESS  # the device plugin has no state label: verifying is the check
     return mig_outcome(
         node.mig_config, node.mig_config_state.value if node.mig_config_state else None, op.attempt_config
+    )
+
+
+def _rebooting(op: Operation, node: Node) -> bool:
+    """The MIG manager reports it is rebooting the node for this attempt's layout."""
+    return (
+        op.change.kind is ChangeKind.MIG
+        and node.mig_config == op.attempt_config
+        and node.mig_config_state is MigConfigState.REBOOTING
     )
 
 

@@ -18,6 +18,7 @@ from tessera.contracts.jobs import JobSpec
 from tessera.testing.builders import a_job
 
 PREFIX = "pod_groups[0].template"
+TENANT = "team"
 SPEC = f"{PREFIX}.spec"
 C0 = f"{SPEC}.containers[0]"
 EXAMPLES = Path(__file__).parents[4] / "examples" / "jobs"
@@ -47,9 +48,9 @@ ALLOWED: dict[str, Any] = {
                 "ports": [{"containerPort": 29500}, {"containerPort": 8000, "hostPort": 0}],
                 "env": [
                     {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                    {"name": "CFG", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "k"}}},
+                    {"name": "CFG", "valueFrom": {"configMapKeyRef": {"name": "team-cfg", "key": "k"}}},
                 ],
-                "envFrom": [{"configMapRef": {"name": "cfg"}}],
+                "envFrom": [{"configMapRef": {"name": "team-cfg"}}],
             }
         ],
         "hostNetwork": False,
@@ -57,7 +58,7 @@ ALLOWED: dict[str, Any] = {
         "hostIPC": False,
         "volumes": [
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
-            {"name": "cfg", "configMap": {"name": "cfg"}},
+            {"name": "cfg", "configMap": {"name": "team-cfg"}},
             {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}},
         ],
     },
@@ -70,13 +71,15 @@ def refusals(change: dict[str, Any] | None = None, /, **spec: Any) -> list[str]:
     template = copy.deepcopy(ALLOWED)
     template["spec"].update(spec)
     template["spec"]["containers"][0].update(change or {})
-    return [e.field for e in shared_namespace_errors(template, PREFIX)]
+    return [e.field for e in shared_namespace_errors(template, PREFIX, TENANT)]
 
 
 def test_a_template_within_the_baseline_with_no_secret_passes() -> None:
-    assert shared_namespace_errors(ALLOWED, PREFIX) == []
+    assert shared_namespace_errors(ALLOWED, PREFIX, TENANT) == []
     assert (
-        shared_namespace_errors({"spec": {"containers": [{"name": "m", "image": "nginx:1.27"}]}}, PREFIX)
+        shared_namespace_errors(
+            {"spec": {"containers": [{"name": "m", "image": "nginx:1.27"}]}}, PREFIX, TENANT
+        )
         == []
     )
 
@@ -109,7 +112,7 @@ def test_a_host_path_volume_is_refused() -> None:
 def test_a_capability_beyond_the_baseline_is_refused_and_named() -> None:
     change = {"securityContext": {"capabilities": {"add": ["CHOWN", "SYS_ADMIN", "NET_RAW"]}}}
     (sys_admin, net_raw) = shared_namespace_errors(
-        {"spec": {"containers": [{"name": "m", "image": "x:1", **change}]}}, PREFIX
+        {"spec": {"containers": [{"name": "m", "image": "x:1", **change}]}}, PREFIX, TENANT
     )
     assert (sys_admin.field, net_raw.field) == (
         f"{C0}.securityContext.capabilities.add[1]",
@@ -127,12 +130,12 @@ def test_a_host_port_is_refused() -> None:
 @pytest.mark.parametrize("field", ["serviceAccountName", "serviceAccount"])
 def test_a_service_account_but_the_default_is_refused(field: str) -> None:
     assert refusals(**{field: "tessera-admission"}) == [f"{SPEC}.{field}"]
-    (error,) = shared_namespace_errors({"spec": {field: "ci", "containers": []}}, PREFIX)
+    (error,) = shared_namespace_errors({"spec": {field: "ci", "containers": []}}, PREFIX, TENANT)
     assert "service account's rights" in error.reason
 
 
 def test_env_from_a_secret_is_refused() -> None:
-    env_from = [{"configMapRef": {"name": "c"}}, {"secretRef": {"name": "team-b-credentials"}}]
+    env_from = [{"configMapRef": {"name": "team-c"}}, {"secretRef": {"name": "team-b-credentials"}}]
     assert refusals({"envFrom": env_from}) == [f"{C0}.envFrom[1].secretRef"]
 
 
@@ -142,7 +145,7 @@ def test_an_env_value_from_a_secret_key_is_refused() -> None:
         {"name": "K", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
     ]
     (error,) = shared_namespace_errors(
-        {"spec": {"containers": [{"name": "m", "image": "x:1", "env": env}]}}, PREFIX
+        {"spec": {"containers": [{"name": "m", "image": "x:1", "env": env}]}}, PREFIX, TENANT
     )
     assert (error.field, error.reason) == (
         f"{C0}.env[1].valueFrom.secretKeyRef",
@@ -222,7 +225,7 @@ def test_the_rest_of_the_baseline_is_kept(change: dict[str, Any], spec: dict[str
 def test_an_unconfined_apparmor_annotation_is_refused() -> None:
     key = "container.apparmor.security.beta.kubernetes.io/main"
     template = {"metadata": {"annotations": {key: "unconfined"}}, "spec": {"containers": []}}
-    assert [e.field for e in shared_namespace_errors(template, PREFIX)] == [
+    assert [e.field for e in shared_namespace_errors(template, PREFIX, TENANT)] == [
         f"{PREFIX}.metadata.annotations[{key!r}]"
     ]
 

@@ -12,7 +12,9 @@ grants. The template is refused, at submission, where it would reach beyond the 
 - no service account but the namespace's `default` (another would act with that account's rights);
 - no reference to a Secret (`envFrom[].secretRef`, `env[].valueFrom.secretKeyRef`, `secret` and
   projected-secret volumes, a volume's secret reference, `imagePullSecrets`): every tenant's Secrets
-  live in the same namespace.
+  live in the same namespace;
+- no PersistentVolumeClaim or ConfigMap of another tenant (`tenant_objects`): a name must begin with
+  the job's tenant and `-`.
 
 Each error names its path from the job spec's root and the reason, e.g.
 `pod_groups[0].template.spec.containers[0].securityContext.privileged: ...`.
@@ -20,9 +22,10 @@ Each error names its path from the job spec's root and the reason, e.g.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
+from tessera.admission.domain.tenant_objects import foreign_object_errors
 from tessera.contracts.base import FieldError
 
 BASELINE_CAPABILITIES = frozenset(
@@ -181,9 +184,12 @@ def _volume_errors(volume: Mapping[str, Any], at: str) -> list[FieldError]:
     return errors
 
 
-def shared_namespace_errors(template: object, prefix: str) -> list[FieldError]:
-    """What one pod template asks for beyond its own job in a namespace that tenants share; an
-    empty list when admission may run it there. `prefix` is the template's path in the job spec."""
+def shared_namespace_errors(
+    template: object, prefix: str, tenant: str, tenants: Collection[str] = ()
+) -> list[FieldError]:
+    """What one pod template of ``tenant``'s job asks for beyond its own job in a namespace that
+    tenants share; an empty list when admission may run it there. `prefix` is the template's path in
+    the job spec; ``tenants``, the other tenants known (`tenant_objects`)."""
     if not isinstance(template, Mapping):
         return []
     errors: list[FieldError] = []
@@ -227,4 +233,4 @@ def shared_namespace_errors(template: object, prefix: str) -> list[FieldError]:
             errors += _volume_errors(volume, f"{at}.volumes[{index}]")
     for where, container in _containers(spec, at):
         errors += _container_errors(container, where)
-    return errors
+    return errors + foreign_object_errors(spec, at, tenant, tenants)

@@ -7,14 +7,15 @@ container names an image. Each error names its path from the job spec's root, e.
 `pod_groups[0].template.spec.containers[0].image: required`.
 
 A job's templates must also keep to what a namespace shared by tenants allows (`pod_security`): the
-Pod Security Standards' baseline, the default service account, and no Secret references.
+Pod Security Standards' baseline, the default service account, no Secret references, and no other
+tenant's PersistentVolumeClaims or ConfigMaps.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from importlib import resources
 from typing import Any
 
@@ -101,11 +102,14 @@ def _unique(errors: list[FieldError]) -> list[FieldError]:
     return out
 
 
-def job_template_errors(spec: JobSpec, *, required: bool, shared_namespace: bool = True) -> list[FieldError]:
+def job_template_errors(
+    spec: JobSpec, *, required: bool, shared_namespace: bool = True, tenants: Collection[str] = ()
+) -> list[FieldError]:
     """The templates' problems across a job, against the schema and, with ``shared_namespace`` (the
     pods admission itself makes, in a namespace tenants share), against what such a namespace allows;
     a user's own workload that admission adopted runs in the user's namespace with the user's rights,
-    so that check is not for it. With ``required`` (admission runs workloads on a cluster), a pod
+    so that check is not for it. ``tenants``: the tenants known besides the job's, so that an object
+    named for a longer tenant name (`team-b-data`, tenant `team`) counts as that tenant's. With ``required`` (admission runs workloads on a cluster), a pod
     group without a template is a problem: there is no image to run."""
     errors: list[FieldError] = []
     for index, group in enumerate(spec.pod_groups):
@@ -114,6 +118,8 @@ def job_template_errors(spec: JobSpec, *, required: bool, shared_namespace: bool
             if required:
                 errors.append(FieldError(field=prefix, reason="required: the pods' image and command to run"))
             continue
-        shared = shared_namespace_errors(group.template, prefix) if shared_namespace else []
+        shared = (
+            shared_namespace_errors(group.template, prefix, spec.tenant, tenants) if shared_namespace else []
+        )
         errors += _unique(template_errors(group.template, prefix) + shared)
     return errors

@@ -84,6 +84,19 @@ async def _queueing_view(
     )
 
 
+def _has_templates(spec: JobSpec) -> bool:
+    return any(group.template is not None for group in spec.pod_groups)
+
+
+async def _known_tenants(uow: AdmissionUnitOfWork) -> set[str]:
+    """The tenants admission knows of, by their tenant queues and tokens: whose object a name in the
+    shared namespace is (`tenant_objects`)."""
+    stored = await uow.config.load()
+    return {tq.tenant for tq in stored.tenant_queues} | {
+        t.tenant for t in await uow.tokens.list() if t.tenant is not None
+    }
+
+
 async def submit_job(
     raw_spec: object,
     uow: AdmissionUnitOfWork,
@@ -107,7 +120,10 @@ async def submit_job(
         workload: dict[str, Any] | None = None
         job: Job | None = None
         if spec is not None:
-            errors = job_template_errors(spec, required=templates_required, shared_namespace=shared_namespace)
+            known = await _known_tenants(uow) if shared_namespace and _has_templates(spec) else set()
+            errors = job_template_errors(
+                spec, required=templates_required, shared_namespace=shared_namespace, tenants=known
+            )
             if errors:
                 raw_spec, spec = spec.model_dump(mode="json"), None
         if spec is not None:

@@ -31,6 +31,7 @@ from tessera.devcluster.runner import DevCluster
 from tessera.devcluster.sim.context import SimSettings
 from tessera.slicing import bootstrap
 from tessera.slicing.adapters.kube import CONDITION_TYPE, EVENT_REASON
+from tessera.slicing.service_layer.ports import CORDONED_BY_ANNOTATION
 from tessera.testing.services import eventually, running
 
 from .conftest import Kube, Stack
@@ -191,6 +192,7 @@ async def test_an_apply_that_keeps_failing_is_retried_then_the_node_is_left_cord
         assert "nvidia.com/mig.config.state is failed" in failed.reason
         node = await api.node("a100-0")
         assert node.spec.unschedulable
+        assert node.metadata.annotations[CORDONED_BY_ANNOTATION] == failed.operation_id
         [condition] = [c for c in node.status.conditions if c.type == CONDITION_TYPE]
         assert condition.status == "True" and "3 attempts failed" in condition.message
         [event] = [e for e in await api.events_about("a100-0") if e.reason == EVENT_REASON]

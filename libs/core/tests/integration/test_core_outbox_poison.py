@@ -12,6 +12,9 @@ from dataclasses import dataclass
 import nats
 import pytest
 from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.api import PubAck
+from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
 from sqlalchemy import MetaData, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -172,5 +175,54 @@ async def test_a_nats_outage_counts_against_no_row(bus: Bus, nats_url: str) -> N
             await nc.close()
     stored = await read_stream(bus.nc.jetstream(), subjects.SUBMIT_JOB)
     assert Counter(e.id for e in stored) == {f"evt-out-{i}": 1 for i in range(5)}
+    async with bus.engine.connect() as conn:
+        assert (await conn.execute(select(dead_letters.c.seq))).all() == []
+
+
+class Unavailable:
+    """JetStream as a rolling NATS restart shows it: the first `failures` publishes fail at once
+    the way `error` says, then each goes through to the real stream."""
+
+    def __init__(self, js: JetStreamContext, error: Exception, failures: int) -> None:
+        self.js, self.error, self.failures = js, error, failures
+
+    async def publish(self, subject: str, payload: bytes, *, headers: dict[str, str]) -> PubAck:
+        if self.failures > 0:
+            self.failures -= 1
+            raise self.error
+        return await self.js.publish(subject, payload, headers=headers)
+
+    async def find_stream_name_by_subject(self, subject: str) -> str:
+        if self.failures > 0:  # the JetStream API is away as well
+            raise nats.errors.NoRespondersError
+        return await self.js.find_stream_name_by_subject(subject)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [NoStreamResponseError(), ServiceUnavailableError(code=503, description="JetStream not ready")],
+    ids=["no responders", "503"],
+)
+async def test_jetstream_answering_no_responders_or_503_for_a_while_counts_against_no_row(
+    bus: Bus, error: Exception
+) -> None:
+    await fill(bus, [row(f"restart-{i}") for i in range(3)])
+    rounds = 10
+    relay = OutboxRelay(
+        Unavailable(bus.nc.jetstream(), error, failures=3 * rounds),  # type: ignore[arg-type]
+        bus.sessions,
+        outbox,
+        Metrics(),
+        asyncio.Event(),
+        max_attempts=3,
+    )
+    for _ in range(rounds):  # max_attempts=3: were these counted, the third round would doom them
+        assert await relay.publish_batch_outcomes() == (0, 3)
+    async with bus.engine.connect() as conn:
+        assert (await conn.execute(select(outbox.c.attempts))).scalars().all() == [0] * 3
+    await drain(relay)
+
+    stored = await read_stream(bus.nc.jetstream(), subjects.SUBMIT_JOB)
+    assert Counter(e.id for e in stored) == {f"evt-restart-{i}": 1 for i in range(3)}
     async with bus.engine.connect() as conn:
         assert (await conn.execute(select(dead_letters.c.seq))).all() == []

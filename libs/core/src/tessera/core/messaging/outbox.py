@@ -44,6 +44,20 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     nats.errors.StaleConnectionError,
     nats.js.errors.TooManyStalledMsgsError,  # no PubAck slot came free in time: NATS is not answering
 )
+#: no stream answered the publish: JetStream is away (a NATS node restarting), or no stream takes the
+#: subject, which the relay asks JetStream about before it counts the failure against the row
+_NO_RESPONDERS: tuple[type[BaseException], ...] = (
+    nats.errors.NoRespondersError,
+    nats.js.errors.NoStreamResponseError,
+)
+#: JetStream did not take the message on this try, which may be no fault of the row: judged alike
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    TimeoutError,
+    nats.js.errors.ServiceUnavailableError,
+    *_NO_RESPONDERS,
+)
+#: subjects asked about per round at most, when nothing of the round went through
+_STREAM_LOOKUPS = 8
 #: what nats.py refuses before sending: the same row is refused the same way every time
 _UNSENDABLE: tuple[type[BaseException], ...] = (
     nats.errors.MaxPayloadError,
@@ -62,10 +76,12 @@ class OutboxRelay:
     deleting republishes the batch with the same `Nats-Msg-Id`s, which JetStream drops inside the
     stream's duplicate window: exactly once.
 
-    A failure counts against a row (`attempts`) only when it is the row's fault: NATS answered, or
-    other rows of the round went through. After `max_attempts` such failures, or at once when the row
-    can never fit in a message, the row moves to the dead-letter table with the reason. A NATS
-    outage counts against no row, however long it lasts.
+    A failure counts against a row (`attempts`) only when it is the row's fault: NATS refused the
+    row, or other rows of the round went through, or JetStream says no stream takes its subject. A
+    timeout, "no responders" or a 503 alone say JetStream is away (a NATS node restarting), not that
+    the row is bad. After `max_attempts` such failures, or at once when the row can never fit in a
+    message, the row moves to the dead-letter table with the reason. A NATS or JetStream outage
+    counts against no row, however long it lasts.
 
     Woken by a commit after the outbox drained, the relay lingers `linger_s` before its next round,
     so the commits of that moment go out as one batch (one lock, one delete and one commit for all)
@@ -186,11 +202,12 @@ class OutboxRelay:
         counted: list[dict[str, Any]] = []
         doomed: list[tuple[Any, str, str]] = []
         stayed = 0
+        streamless = set() if any_acked else await self._streamless(rows, outcomes)
         for row, outcome in zip(rows, outcomes, strict=True):
             if isinstance(outcome, PubAck):
                 continue
             reason = describe(outcome)
-            kind = _failure_kind(outcome, any_acked)
+            kind = _failure_kind(outcome, any_acked or row.subject in streamless)
             self.metrics.outbox_publish_failures.labels(kind).inc()
             if kind == "unpublishable":
                 too_large = isinstance(outcome, MessageTooLarge | nats.errors.MaxPayloadError)
@@ -219,6 +236,24 @@ class OutboxRelay:
         if doomed:
             await self._move_to_dead_letters(session, doomed)
         return stayed
+
+    async def _streamless(self, rows: Sequence[Any], outcomes: Sequence[PubAck | BaseException]) -> set[str]:
+        """The subjects of the round's "no responders" rows that JetStream says no stream takes (a few
+        per round): those rows are at fault. While JetStream does not answer, none are."""
+        asked = dict.fromkeys(
+            row.subject
+            for row, outcome in zip(rows, outcomes, strict=True)
+            if isinstance(outcome, _NO_RESPONDERS)
+        )
+        streamless: set[str] = set()
+        for subject in list(asked)[:_STREAM_LOOKUPS]:
+            try:
+                await asyncio.wait_for(self.js.find_stream_name_by_subject(subject), self.ack_timeout_s)
+            except nats.js.errors.NotFoundError:
+                streamless.add(subject)
+            except Exception:  # JetStream away too: the round's problem, not the rows'
+                break
+        return streamless
 
     async def _move_to_dead_letters(
         self, session: AsyncSession, doomed: Sequence[tuple[Any, str, str]]
@@ -347,7 +382,7 @@ def _failure_kind(outcome: BaseException, any_acked: bool) -> str:
     """'unpublishable' (never will be), 'row' (this row's fault: it counts), 'connection' (NATS away)."""
     if isinstance(outcome, _UNSENDABLE) or is_permanent(outcome):
         return "unpublishable"
-    if isinstance(outcome, TimeoutError):  # slow or away: the row's fault only if others went through
+    if isinstance(outcome, _UNAVAILABLE):  # slow or away: the row's fault only if others went through
         return "row" if any_acked else "connection"
     if isinstance(outcome, _CONNECTION_ERRORS):  # _NotSent among them
         return "connection"

@@ -97,7 +97,11 @@ async def test_a_day_rebuilt_holds_exactly_its_hours_sums(units: Any) -> None:
 async def test_hourly_rows_replace_the_stored_ones_and_the_last_of_a_key_wins(units: Any) -> None:
     first = row(3, "p", "job-a", 10.0)
     await save(units, [first])
-    later = replace(first, allocated_gpu_s=20.0, samples=11, split="memory")
+    # the later row is in an idle run (since 03:01:00.5) with 90 s of it not yet counted as idle
+    since = (first.key.window_start + timedelta(minutes=1, milliseconds=500)).timestamp()
+    later = replace(
+        first, allocated_gpu_s=20.0, samples=11, split="memory", idle_run_since=since, idle_pending_s=90.0
+    )
     await save(units, [replace(first, allocated_gpu_s=15.0), later])
     hourly = await query(
         units,

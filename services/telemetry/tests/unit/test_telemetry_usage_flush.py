@@ -3,6 +3,7 @@ restart), and the attributor's holders kept per node while the kubelet answers t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from tessera.telemetry.domain.attribution import DeviceGrant, Holder, HolderCache, split_reading
@@ -150,3 +151,47 @@ async def test_a_node_whose_clock_lags_keeps_its_rightsizing_windows_across_clos
     # one window's recommendation, made once: the window was not dropped (and its finding with it)
     # at the close, as it was when rightsizing kept the node's own clock
     assert [(r.pod, r.window_start) for r in recommended] == [("p", H0)]
+
+
+def idle(ledger: UsageLedger, start: datetime, readings: int) -> None:
+    for i in range(readings):
+        at = start + timedelta(seconds=10 * i)
+        reading = Reading("n0", 0, GPU, at, 1.0, 1000, 100, 40, "A100-80GB", 81920)
+        ledger.count(reading, split_reading(1.0, 1000, [Holder("ns", "p", "main", GPU)]), None)
+
+
+async def test_an_idle_run_split_by_a_restart_is_flagged_whole() -> None:
+    """Idle from 22:56 for 8 minutes, a restart, then 7 more: one run of 15 minutes, longer than the
+    10-minute window, so all of it (in both hours) is idle, as without the restart."""
+    ledger, uow = a_ledger(), FakeUsageUnitOfWork()
+    start = H0 + timedelta(minutes=56)
+    idle(ledger, start, 48)
+    await flush_usage(lambda: uow, ledger, start + timedelta(minutes=8))
+    assert sum(r.idle_gpu_s for r in uow.usage_store.rows.values()) == 0  # 8 minutes: not yet
+    # what was stored, apart from the rows the stopped service held
+    uow.usage_store.rows = {k: replace(r) for k, r in uow.usage_store.rows.items()}
+
+    restarted = a_ledger()
+    assert await restore_usage(uow, restarted, start + timedelta(minutes=8), None) == 2
+    idle(restarted, start + timedelta(minutes=8), 42)
+    await flush_usage(lambda: uow, restarted, start + timedelta(minutes=15))
+    by_hour = {r.key.window_start: r for r in uow.usage_store.rows.values()}
+    assert {h: (r.idle_gpu_s, r.allocated_gpu_s) for h, r in by_hour.items()} == {
+        H0: (240.0, 240.0),
+        H0 + timedelta(hours=1): (660.0, 660.0),
+    }
+    assert [r.idle_pending_s for r in by_hour.values()] == [0.0, 0.0]
+
+
+async def test_an_idle_run_that_ended_before_a_restart_is_not_continued_by_it() -> None:
+    ledger, uow = a_ledger(), FakeUsageUnitOfWork()
+    idle(ledger, H0, 30)  # 5 minutes idle
+    count(ledger, H0 + timedelta(minutes=5), 100)  # then busy to 6:30: the run ends short
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(minutes=7))
+    (stored,) = uow.usage_store.rows.values()
+    assert (stored.idle_run_since, stored.idle_pending_s) == (None, 0.0)
+    restarted = a_ledger()
+    await restore_usage(uow, restarted, H0 + timedelta(minutes=7), None)
+    idle(restarted, H0 + timedelta(minutes=6, seconds=40), 50)  # idle again: 8 minutes and 20 s
+    await flush_usage(lambda: uow, restarted, H0 + timedelta(minutes=16))
+    assert stored.idle_gpu_s == 0 and stored.idle_pending_s == 500.0

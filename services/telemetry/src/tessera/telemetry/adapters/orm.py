@@ -144,6 +144,9 @@ usage_hourly = Table(
     *(Column(name, kind, nullable=False) for name, kind in _USAGE_SUMS),
     Column("first_at", DateTime(timezone=True), nullable=True),
     Column("last_at", DateTime(timezone=True), nullable=True),
+    #: the idle run in progress at `last_at` and this row's idle seconds in it not yet counted
+    Column("idle_run_since", DateTime(timezone=True), nullable=True),
+    Column("idle_pending_s", Float, nullable=False, server_default="0"),
     PrimaryKeyConstraint(
         "window_start", "node", "gpu_uuid", "namespace", "pod", "container", name="pk_usage_hourly"
     ),

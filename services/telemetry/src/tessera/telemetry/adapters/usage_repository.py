@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from sqlalchemy import (
@@ -188,6 +188,8 @@ _HOURLY_COLUMNS = (
     "samples",
     "first_at",
     "last_at",
+    "idle_run_since",
+    "idle_pending_s",
 )
 
 
@@ -214,6 +216,8 @@ def _row_tuple(r: UsageRow) -> tuple[object, ...]:
         r.samples,
         r.first_at,
         r.last_at,
+        None if r.idle_run_since is None else datetime.fromtimestamp(r.idle_run_since, UTC),
+        r.idle_pending_s,
     )
 
 
@@ -305,6 +309,8 @@ class SqlUsageRepository:
                     r["samples"],
                     r["first_at"],
                     r["last_at"],
+                    None if r["idle_run_since"] is None else r["idle_run_since"].timestamp(),
+                    r["idle_pending_s"],
                 )
             )
         return out

@@ -8,7 +8,8 @@ telemetry outage is not billed as use). It is added to the row of its hour (`Usa
 * **used GPU-hours**: its part of the GPU's utilisation times time;
 * **memory GiB-hours**: its GPU memory times time;
 * **idle GPU-hours**: allocated time in a run where its use stayed below `idle_below_pct` of what
-  it held for longer than `idle_window_s` (the whole run counts once it is that long);
+  it held for longer than `idle_window_s` (the whole run counts once it is that long; the rows keep
+  the run in progress, so a restart continues it);
 * **cost**: allocated GPU-hours times the flavor's price per GPU-hour (spot or on-demand).
 
 Rows are replaced, never incremented, when stored; each row keeps the time of the last reading it
@@ -82,6 +83,11 @@ class UsageRow:
     samples: int = 0
     first_at: datetime | None = None
     last_at: datetime | None = None
+    #: the start (epoch seconds) of the container's idle run in progress at `last_at` (None: it was
+    #: not idle), and the idle seconds of this row in that run not yet counted (the run is shorter
+    #: than the window): what a restart continues the run from
+    idle_run_since: float | None = None
+    idle_pending_s: float = 0.0
 
     @property
     def allocated_gpu_hours(self) -> float:
@@ -184,16 +190,29 @@ class Accountant:
     # ---- restoring -----------------------------------------------------------------------------
 
     def restore(self, rows: Iterable[UsageRow], closed_before: datetime | None) -> None:
-        """Continue from stored rows of the open hours (after a restart): their totals and the last
-        reading each counted; readings before `closed_before` are late."""
+        """Continue from stored rows of the open hours (after a restart): their totals, the last
+        reading each counted and the idle run in progress then; readings before `closed_before` are
+        late."""
         self._forget_rows()
+        latest: dict[tuple[str, str, str, str], UsageRow] = {}
+        pending: dict[tuple[str, str, str, str], dict[datetime, float]] = {}
         for row in rows:
             self.rows[row.key] = row
             k = row.key
-            holding = self._holding((k.gpu_uuid, k.namespace, k.pod, k.container))
+            run_key = (k.gpu_uuid, k.namespace, k.pod, k.container)
+            holding = self._holding(run_key)
             last = row.last_at.timestamp() if row.last_at is not None else None
             if last is not None and (holding.last is None or holding.last < last):
                 holding.last = last
+                latest[run_key] = row
+            if row.idle_pending_s > 0:
+                pending.setdefault(run_key, {})[k.window_start] = row.idle_pending_s
+        for run_key, row in latest.items():
+            holding = self._holdings[run_key]
+            if row.idle_run_since is not None and holding.last is not None:
+                flagged = holding.last - row.idle_run_since >= self.policy.idle_window_s
+                waiting = {} if flagged else pending.get(run_key, {})
+                holding.run = _Run(row.idle_run_since, waiting, flagged)
         self._close_before(closed_before)
 
     def _holding(self, run_key: tuple[str, str, str, str]) -> _Holding:
@@ -346,26 +365,37 @@ class Accountant:
         is_idle = s.allocated_gpus > 0 and s.used_gpus * 100.0 < policy.idle_below_pct * s.allocated_gpus
         run = holding.run
         if not is_idle:
-            holding.run = None
+            if run is not None:
+                holding.run = row.idle_run_since = None
+                self._settle(run, row, credit=False)
             return 0.0
         if run is None:
             run = holding.run = _Run(since=ts - dt)
+        row.idle_run_since = run.since
         seconds = s.allocated_gpus * dt
         if run.flagged:
             row.idle_gpu_s += seconds
             return seconds
         run.pending[hour] = run.pending.get(hour, 0.0) + seconds
+        row.idle_pending_s += seconds
         if ts - run.since < policy.idle_window_s:
             return 0.0
         run.flagged = True
+        return self._settle(run, row, credit=True)
+
+    def _settle(self, run: _Run, row: UsageRow, credit: bool) -> float:
+        """The run's pending idle seconds leave their rows' `idle_pending_s`: counted as idle when
+        `credit` (the run reached the window), else dropped (it ended shorter). Returns those counted."""
         credited = 0.0
         key = row.key
         for pending_hour, pending_s in run.pending.items():
             target = UsageKey(pending_hour, key.node, key.gpu_uuid, key.namespace, key.pod, key.container)
             into = self.rows.get(target) or row
-            into.idle_gpu_s += pending_s
+            into.idle_pending_s = 0.0
+            if credit:
+                into.idle_gpu_s += pending_s
+                credited += pending_s
             self._dirty[id(into)] = into
-            credited += pending_s
         run.pending.clear()
         return credited
 

@@ -18,6 +18,7 @@ from sqlalchemy import text
 from tessera.contracts import subjects
 from tessera.core import faults
 from tessera.core.messaging.consumer_spec import ConsumerSpec, DeadLetterHook, Handler, UowT
+from tessera.core.messaging.dead_letter_publish import DeadLetterPublish
 from tessera.core.messaging.dead_letters import DeadLetter, dead_letter_copy, original_id
 from tessera.core.messaging.envelope import Envelope, decode
 from tessera.core.messaging.failures import PermanentError, describe, is_permanent
@@ -63,6 +64,15 @@ class ConsumerRunner(Generic[UowT]):
         self.dlq_subject = subjects.dead_letter(service, spec.name)
         self.stream = subjects.stream_name(spec.stream_owner)
         self._failures = RateLimitedLog(log)
+        self._dead_letters = DeadLetterPublish(
+            js,
+            self.dlq_subject,
+            spec.name,
+            stop,
+            retry_s=spec.backoff_base_s,
+            longest_s=max(spec.backoff_base_s, min(spec.backoff_max_s, spec.ack_wait_s / 2)),
+            failures=self._failures,
+        )
 
     def intake_limit(self) -> int:
         """The largest message this consumer takes: its setting, within the server's `max_payload`."""
@@ -391,8 +401,9 @@ class ConsumerRunner(Generic[UowT]):
         self, msg: Msg, reason: str, *, kind: str = "permanent", envelope: Envelope | None = None
     ) -> None:
         """Tell the service (`on_dead_letter`), publish the copy to the dead-letter subject, then
-        terminate the original. The copy fits the server's limit: a body that does not is cut, and
-        the copy names the stream and sequence where the whole original still lies."""
+        terminate the original; not before the copy is stored (:class:`DeadLetterPublish`). The copy
+        fits the server's limit: a body that does not is cut, and the copy names the stream and
+        sequence where the whole original still lies."""
         headers = dict(msg.headers or {})
         sequence = msg.metadata.sequence.stream
         await self._tell_service(
@@ -409,7 +420,9 @@ class ConsumerRunner(Generic[UowT]):
             stream_sequence=sequence,
             limit=self.max_payload(),
         )
-        await self.js.publish(self.dlq_subject, body, headers=copy_headers)
+        deliveries_left = (msg.metadata.num_delivered or 1) < self.spec.max_deliver
+        if not await self._dead_letters.publish(msg, body, copy_headers, deliveries_left=deliveries_left):
+            return  # kept: redelivered, or held and retried; terminated once its copy is stored
         await msg.term()
         self.metrics.dead_letters.labels(self.spec.name, kind).inc()
         log.error(

@@ -1,0 +1,78 @@
+"""A dead-letter copy JetStream does not take (a timeout, a 503) never costs the message: it is
+terminated only once its copy is stored."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from nats.js.errors import ServiceUnavailableError
+
+from tessera.core.messaging.consumer import ConsumerRunner, ConsumerSpec, PermanentError
+from tessera.core.messaging.envelope import Envelope
+from tessera.core.observability.metrics import Metrics
+from tessera.core.settings import ConsumerSettings
+
+from .test_core_consumer_database_outage import Database, Msg, UnitOfWork
+
+
+class FlakyJetStream:
+    """Refuses the first `failures` publishes as JetStream does while a node restarts."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.published: list[str] = []
+
+    async def publish(self, subject: str, *_: Any, **__: Any) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise ServiceUnavailableError(code=503, description="JetStream not ready")
+        self.published.append(subject)
+
+
+def runner(js: FlakyJetStream, *, failing: Exception) -> ConsumerRunner[Any]:
+    async def handler(envelope: Envelope, uow: Any) -> None:
+        raise failing
+
+    settings = ConsumerSettings(max_deliver=3, backoff_base_s=0.01, backoff_max_s=0.05, ack_wait_s=1.0)
+    spec = ConsumerSpec("c", "admission", "s", handler).configured(settings)
+    db = Database(down_for_probes=0)
+    return ConsumerRunner(js, spec, lambda: UnitOfWork(db), "admission", Metrics(), asyncio.Event())  # type: ignore[arg-type, return-value]
+
+
+async def test_on_the_last_delivery_a_failed_dead_letter_publish_holds_the_message_until_it_is_stored() -> (
+    None
+):
+    js = FlakyJetStream(failures=3)
+    msg = Msg("job-1")
+    msg.metadata.num_delivered = 3  # max_deliver: a nak would never bring it back
+    await runner(js, failing=RuntimeError("still failing")).handle_batch([msg])  # type: ignore[list-item]
+    assert js.published == ["tessera.admission.dlq.c"], "the copy was stored, once"
+    assert msg.settled == ["term"], "terminated only after its copy was stored"
+    assert msg.in_progress_calls == 3, "held (its ack deadline extended) between the tries"
+
+
+async def test_with_deliveries_left_a_failed_dead_letter_publish_naks_the_message() -> None:
+    js = FlakyJetStream(failures=1)
+    consumer = runner(js, failing=PermanentError("never"))
+    msg = Msg("job-1")
+    await consumer.handle_batch([msg])  # type: ignore[list-item]
+    assert (msg.settled, js.published) == (["nak"], []), "kept for a redelivery, not terminated"
+
+    again = Msg("job-1")
+    again.headers, again.data = msg.headers, msg.data
+    again.metadata.num_delivered = 2
+    await consumer.handle_batch([again])  # type: ignore[list-item]
+    assert (again.settled, js.published) == (["term"], ["tessera.admission.dlq.c"])
+
+
+async def test_stopping_while_the_copy_is_refused_leaves_the_message_unsettled() -> None:
+    js = FlakyJetStream(failures=10**6)
+    consumer = runner(js, failing=RuntimeError("still failing"))
+    msg = Msg("job-1")
+    msg.metadata.num_delivered = 3
+    handling = asyncio.create_task(consumer.handle_batch([msg]))  # type: ignore[list-item]
+    await asyncio.wait_for(msg.held.wait(), timeout=5)
+    consumer.stop.set()
+    await asyncio.wait_for(handling, timeout=5)
+    assert (msg.settled, js.published) == ([], [])

@@ -149,7 +149,14 @@ class View:
         return None
 
     async def event(
-        self, namespace: str, job: str, kind: str, reason: str, message: str, involved: str = "Job"
+        self,
+        namespace: str,
+        job: str,
+        kind: str,
+        reason: str,
+        message: str,
+        involved: str = "Job",
+        name: str | None = None,
     ) -> None:
         self.cluster.events.append((job, reason, message))
 

@@ -133,7 +133,14 @@ class KubeWorkloads:
         return changed
 
     async def event(
-        self, namespace: str, job: str, kind: str, reason: str, message: str, involved: str = "Job"
+        self,
+        namespace: str,
+        job: str,
+        kind: str,
+        reason: str,
+        message: str,
+        involved: str = "Job",
+        name: str | None = None,
     ) -> None:
         uid = await self._uid(involved, namespace, job)
         if uid is None:
@@ -142,7 +149,7 @@ class KubeWorkloads:
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{job}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "metadata": {"name": name or f"{job}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": _API_VERSIONS.get(involved, "batch/v1"),
                 "kind": involved,
@@ -159,7 +166,8 @@ class KubeWorkloads:
             "lastTimestamp": now,
             "count": 1,
         }
-        await _call(self._core.create_namespaced_event, namespace, body)
+        # An Event of a given name is told once: it exists already (409), so it was told.
+        await _call(self._core.create_namespaced_event, namespace, body, ok=(EXISTS,) if name else ())
 
     async def _read(self, involved: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object of kind ``involved`` (Job, Pod, JobSet or LeaderWorkerSet); ``None`` when gone."""

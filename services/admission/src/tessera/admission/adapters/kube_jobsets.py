@@ -83,9 +83,16 @@ class KubeCluster(KubeWorkloads):
         return await self._jobset_conditions.set_jobset_conditions(namespace, name, conditions)
 
     async def event(
-        self, namespace: str, job: str, kind: str, reason: str, message: str, involved: str = "Job"
+        self,
+        namespace: str,
+        job: str,
+        kind: str,
+        reason: str,
+        message: str,
+        involved: str = "Job",
+        name: str | None = None,
     ) -> None:
         # Crash tests: `admission.event.Preempted` kills the process as it tells of a change it has
         # just made on the cluster (a Job suspended), before the change is recorded.
         faults.hit(f"admission.event.{reason}")
-        await super().event(namespace, job, kind, reason, message, involved)
+        await super().event(namespace, job, kind, reason, message, involved, name)

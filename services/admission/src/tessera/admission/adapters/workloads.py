@@ -47,6 +47,7 @@ class WorkloadRepository:
                 _OWNER.label("owner"),
                 want,
                 jobs.c.flavors,
+                workloads.c.updated_at.label("recorded_at"),
             )
             .select_from(jobs.outerjoin(workloads, workloads.c.job_id == jobs.c.id))
             .where(
@@ -75,6 +76,7 @@ class WorkloadRepository:
                 want=Applied(row.want),
                 owner=Owner(row.owner),
                 flavors=tuple(row.flavors or ()),
+                recorded_at=row.recorded_at,
             )
             for row in rows
         ]

@@ -7,7 +7,9 @@ failed) keeps its objects as they are, so `kubectl logs` and `kubectl describe` 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from tessera.admission.domain.model import HOLDS_QUOTA, JobState
@@ -61,3 +63,13 @@ class WorkloadDue:
     owner: Owner = Owner.TESSERA
     flavors: tuple[str, ...] = ()
     """The flavor admitted per pod group (the job's Jobs are its pod groups, in order)."""
+    recorded_at: datetime | None = None
+    """When `applied` was recorded (None: nothing recorded yet)."""
+
+    def event_name(self, obj: str, reason: str) -> str:
+        """The name of the Event that tells of this change on ``obj``: the same in every round until
+        the change is recorded, so a round cut short after the cluster changed (or after the Event
+        was told) tells of it once, in a later round; another for the next change of the job."""
+        since = self.recorded_at.isoformat() if self.recorded_at is not None else "-"
+        key = f"{self.job_id}\n{obj}\n{reason}\n{self.applied}\n{self.want}\n{since}"
+        return f"{obj[:200]}.{hashlib.sha256(key.encode()).hexdigest()[:16]}"

@@ -179,10 +179,18 @@ class WorkloadCluster(Protocol):
         ...
 
     async def event(
-        self, namespace: str, job: str, kind: str, reason: str, message: str, involved: str = "Job"
+        self,
+        namespace: str,
+        job: str,
+        kind: str,
+        reason: str,
+        message: str,
+        involved: str = "Job",
+        name: str | None = None,
     ) -> None:
         """A core/v1 Event on the Job (``kind`` Normal or Warning), as `kubectl describe job` lists it,
-        or on the object of kind ``involved`` (a Pod) of that name."""
+        or on the object of kind ``involved`` (a Pod) of that name. ``name``: the Event's own name,
+        for an Event told once however often it is asked for (one of that name is left as it is)."""
         ...
 
     async def labelled_pods(self) -> list[dict[str, Any]]:

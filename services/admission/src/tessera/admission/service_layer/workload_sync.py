@@ -3,7 +3,9 @@
 Level-triggered, as a controller: each round reads the jobs whose objects differ from what their
 state wants (`uow.workloads.due`), changes the cluster, then records what it made sure of. The
 cluster calls are idempotent and a Job is unsuspended only when the API shows it suspended, so a
-round cut short by a crash repeats safely: nothing is created twice and nothing unsuspended twice.
+round cut short by a crash repeats safely: nothing is created twice and nothing unsuspended twice,
+and the Event telling of each change (admitted, preempted) is told once, by the round that finds
+it made if the one that made it died first (`_told_always`).
 
 A change the cluster refuses (`WorkloadError`) is tried again in later rounds, after the other due
 jobs: the due jobs come oldest change first and a refused one records nothing, so without that the
@@ -75,17 +77,28 @@ async def apply(
             return Outcome(where, objects, Applied.DELETED, str(gone))
         raise
     verb = "suspended" if item.want is Applied.SUSPENDED else "unsuspended"
-    for name in changed:  # say why on the Job, where `kubectl describe job` shows it
+    for name in [n for n in jobs if n in changed or _told_always(item)]:
+        # Say why on the Job, where `kubectl describe job` shows it.
         if item.want is Applied.RUNNING:
             flavor = f" in flavor {placements[name].flavor}" if name in placements else ""
+            message = f"admitted by Tessera ({item.state}){flavor}: unsuspended"
             await cluster.event(
-                where, name, "Normal", "Admitted", f"admitted by Tessera ({item.state}){flavor}: unsuspended"
+                where, name, "Normal", "Admitted", message, name=item.event_name(name, "Admitted")
             )
         else:
+            message = f"job {item.state}: suspended until admitted again"
             await cluster.event(
-                where, name, "Normal", "Preempted", f"job {item.state}: suspended until admitted again"
+                where, name, "Normal", "Preempted", message, name=item.event_name(name, "Preempted")
             )
     return Outcome(where, objects, item.want, f"{verb} {', '.join(changed)}" if changed else "")
+
+
+def _told_always(item: WorkloadDue) -> bool:
+    """Whether each object's Event is told whether or not this round changed it: for an admission,
+    and for a suspension of objects that ran. A round cut short after it changed the cluster, before
+    it told of it, leaves the change for this one to find made already; the Event's name is the
+    change's (`WorkloadDue.event_name`), so it is told once however many rounds tell it."""
+    return item.want is Applied.RUNNING or item.applied is Applied.RUNNING
 
 
 async def _apply_pods(
@@ -106,14 +119,18 @@ async def _apply_pods(
         except WorkloadGone as gone:
             return Outcome(where, objects, item.want, str(gone))
         flavor = f" in flavor {placement.flavor}" if placement is not None else ""
-        for name in changed:
+        for name in pods:  # those released in a round cut short too (`_told_always`)
             message = f"admitted by Tessera ({item.state}){flavor}: scheduling gate removed"
-            await cluster.event(where, name, "Normal", "Admitted", message, "Pod")
+            await cluster.event(
+                where, name, "Normal", "Admitted", message, "Pod", item.event_name(name, "Admitted")
+            )
         return Outcome(where, objects, item.want, f"released {', '.join(changed)}" if changed else "")
     if item.applied is Applied.RUNNING:
         for name in pods:
             message = f"job {item.state}: pod deleted, its controller makes it again gated"
-            await cluster.event(where, name, "Normal", "Preempted", message, "Pod")
+            await cluster.event(
+                where, name, "Normal", "Preempted", message, "Pod", item.event_name(name, "Preempted")
+            )
         await cluster.delete(where, objects)
         return Outcome(where, objects, item.want, f"deleted {', '.join(pods)}")
     return Outcome(where, objects, item.want)
@@ -130,15 +147,19 @@ async def _apply_jobset(
         changed = await cluster.set_jobset_suspended(where, name, item.want is Applied.SUSPENDED, placements)
     except WorkloadGone as gone:  # its owner deleted it: nothing left to hold or release
         return Outcome(where, objects, Applied.DELETED, str(gone))
-    if not changed:
+    if not changed and not _told_always(item):
         return Outcome(where, objects, item.want)
     if item.want is Applied.RUNNING:
         message = f"admitted by Tessera ({item.state}) as one gang: unsuspended"
-        await cluster.event(where, name, "Normal", "Admitted", message, "JobSet")
-        return Outcome(where, objects, item.want, f"unsuspended {name}")
+        await cluster.event(
+            where, name, "Normal", "Admitted", message, "JobSet", item.event_name(name, "Admitted")
+        )
+        return Outcome(where, objects, item.want, f"unsuspended {name}" if changed else "")
     message = f"job {item.state}: suspended until admitted again"
-    await cluster.event(where, name, "Normal", "Preempted", message, "JobSet")
-    return Outcome(where, objects, item.want, f"suspended {name}")
+    await cluster.event(
+        where, name, "Normal", "Preempted", message, "JobSet", item.event_name(name, "Preempted")
+    )
+    return Outcome(where, objects, item.want, f"suspended {name}" if changed else "")
 
 
 async def sync_workloads(

@@ -180,12 +180,17 @@ class RunningService(Generic[DepsT]):
                 ctx.metrics,
                 ctx.stop,
                 max_payload=self._max_payload,
+                ensure_stream=self._ensure_own_stream if spec.stream_owner == ctx.name else None,
             )
             self.consumers.append(runner)
             self._spawn(runner.run(), spec.name)
         for task in self.definition.background:
             self._spawn(task(deps), task.__name__)
         self._spawn(self._retain(), "retention")
+
+    async def _ensure_own_stream(self) -> None:
+        """Create the service's stream again (a consumer found it gone), with its configured limits."""
+        await ensure_stream(self.ctx.js, self.ctx.name, self.ctx.settings.stream.limits())
 
     def _max_payload(self) -> int:
         """The server's limit on one message, from the connection's INFO."""

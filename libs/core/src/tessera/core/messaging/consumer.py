@@ -7,16 +7,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Generic
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
 from sqlalchemy import text
 
 from tessera.contracts import subjects
 from tessera.core import faults
+from tessera.core.messaging.consumer_loop import EnsureStream, PullLoop
 from tessera.core.messaging.consumer_spec import ConsumerSpec, DeadLetterHook, Handler, UowT
 from tessera.core.messaging.dead_letter_publish import DeadLetterPublish
 from tessera.core.messaging.dead_letters import DeadLetter, dead_letter_copy, original_id
@@ -42,7 +40,7 @@ MAX_MESSAGE_ID = 128
 __all__ = ["ConsumerRunner", "ConsumerSpec", "DeadLetter", "DeadLetterHook", "Handler", "PermanentError"]
 
 
-class ConsumerRunner(Generic[UowT]):
+class ConsumerRunner(PullLoop[UowT]):
     def __init__(
         self,
         js: JetStreamContext,
@@ -52,6 +50,7 @@ class ConsumerRunner(Generic[UowT]):
         metrics: Metrics,
         stop: asyncio.Event,
         max_payload: Callable[[], int] = lambda: DEFAULT_MAX_PAYLOAD,
+        ensure_stream: EnsureStream | None = None,
     ) -> None:
         self.js = js
         self.spec = spec
@@ -60,10 +59,12 @@ class ConsumerRunner(Generic[UowT]):
         self.metrics = metrics
         self.stop = stop
         self.max_payload = max_payload
+        self.ensure_stream = ensure_stream
         self.subscribed = asyncio.Event()
         self.dlq_subject = subjects.dead_letter(service, spec.name)
         self.stream = subjects.stream_name(spec.stream_owner)
         self._failures = RateLimitedLog(log)
+        self._unsettled, self._highest_delivered = set(), 0
         self._dead_letters = DeadLetterPublish(
             js,
             self.dlq_subject,
@@ -80,81 +81,6 @@ class ConsumerRunner(Generic[UowT]):
 
     def backoff(self, deliveries: int) -> float:
         return float(min(self.spec.backoff_max_s, self.spec.backoff_base_s * 2 ** max(0, deliveries - 1)))
-
-    async def _subscribe(self) -> JetStreamContext.PullSubscription:
-        config = ConsumerConfig(
-            durable_name=self.spec.name,
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-            max_deliver=self.spec.max_deliver,
-            ack_wait=self.spec.ack_wait_s,
-            filter_subject=self.spec.filter_subject,
-        )
-        delay = 0.2
-        while not self.stop.is_set():
-            try:
-                sub = await self.js.pull_subscribe(
-                    self.spec.filter_subject,
-                    durable=self.spec.name,
-                    stream=subjects.stream_name(self.spec.stream_owner),
-                    config=config,
-                )
-                self.subscribed.set()
-                return sub
-            except NotFoundError:
-                log.info("waiting for stream", extra={"stream": subjects.stream_name(self.spec.stream_owner)})
-            except Exception:
-                log.exception("subscribe failed; retrying", extra={"consumer": self.spec.name})
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-        raise asyncio.CancelledError
-
-    async def _fetch(self, sub: JetStreamContext.PullSubscription) -> list[Msg]:
-        """Wait up to a second for the first message; it comes with every message already there,
-        up to the batch (one pull request, `no_wait` with `expires`: the server answers as soon as
-        it has any). A trickle is handled at once and a flood in full batches, since a backlog piles
-        up while a batch is handled. With the spec's `linger_s`, a second pull then waits that long
-        for more (one more round trip, and `linger_s` more latency, per batch)."""
-        msgs = await sub.fetch(self.spec.batch, timeout=1.0)
-        if self.spec.linger_s and len(msgs) < self.spec.batch:
-            with contextlib.suppress(TimeoutError):
-                msgs += await sub.fetch(self.spec.batch - len(msgs), timeout=self.spec.linger_s)
-        return msgs
-
-    async def run(self) -> None:
-        sub = await self._subscribe()
-        while not self.stop.is_set():
-            try:
-                msgs = await self._fetch(sub)
-            except TimeoutError:
-                self.metrics.consumer_lag.labels(self.spec.name).set(0)
-                continue
-            except Exception as exc:
-                if self.stop.is_set():
-                    break
-                self._failures.error(
-                    f"fetch:{type(exc).__name__}",
-                    "fetch failed; retrying",
-                    extra={"consumer": self.spec.name, "error": repr(exc)},
-                )
-                await asyncio.sleep(0.5)
-                continue
-            try:
-                await self.handle_batch(msgs)
-            except Exception as exc:
-                # Say an ack failed on a NATS hiccup: whatever was not acked is redelivered after
-                # ack_wait and the inbox drops what was already handled, so the consumer goes on.
-                self._failures.error(
-                    f"settle:{type(exc).__name__}",
-                    "settling a batch failed; unacked messages will be redelivered",
-                    extra={"consumer": self.spec.name},
-                    exc_info=True,
-                )
-                await asyncio.sleep(0.5)
-        try:
-            await sub.unsubscribe()
-        except Exception:
-            log.debug("unsubscribe after stop failed", exc_info=True)
 
     async def handle(self, msg: Msg) -> None:
         await self.handle_batch([msg])
@@ -333,6 +259,7 @@ class ConsumerRunner(Generic[UowT]):
     async def _settle(self, msg: Msg, envelope: Envelope, outcome: str | BaseException) -> None:
         if isinstance(outcome, str):
             await msg.ack()
+            self._settled(msg)
             self.metrics.messages.labels(self.spec.name, outcome).inc()
             return
         if isinstance(outcome, PermanentError):
@@ -424,6 +351,7 @@ class ConsumerRunner(Generic[UowT]):
         if not await self._dead_letters.publish(msg, body, copy_headers, deliveries_left=deliveries_left):
             return  # kept: redelivered, or held and retried; terminated once its copy is stored
         await msg.term()
+        self._settled(msg)
         self.metrics.dead_letters.labels(self.spec.name, kind).inc()
         log.error(
             "message dead-lettered",

@@ -44,6 +44,13 @@ class Metrics:
             ["consumer"],
             registry=r,
         )
+        self.consumer_resubscribes = Counter(
+            "tessera_consumer_resubscribes_total",
+            "Times a consumer subscribed again after its fetches failed (its durable consumer or "
+            "stream gone, or JetStream away)",
+            ["consumer"],
+            registry=r,
+        )
         self.consumer_lag = Gauge(
             "tessera_consumer_lag_messages",
             "Messages in the stream not yet delivered to the consumer, as of its last fetch",

@@ -1,0 +1,198 @@
+"""The pull loop of a durable consumer: subscribe, fetch, hand each batch over, and subscribe again
+when the durable consumer or its stream has gone (deleted, or NATS restored without its JetStream
+data), instead of fetching from nothing for ever."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Generic
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
+
+from tessera.contracts import subjects
+from tessera.core.messaging.consumer_spec import ConsumerSpec, UowT
+from tessera.core.observability.metrics import Metrics
+from tessera.core.observability.ratelimit import RateLimitedLog
+from tessera.core.waits import wait_any
+
+log = logging.getLogger(__name__)
+
+#: a fetch refused like this says the durable consumer or its stream is not there (no responders to
+#: the pull request answer 503; 404 "not found", 409 "consumer deleted")
+GONE_CODES = frozenset({404, 409, 503})
+#: fetches failing in a row, whatever the error, after which the consumer subscribes again
+FAILED_FETCHES_BEFORE_RESUBSCRIBING = 3
+#: the longest wait between two resubscriptions in a row that did not bring a fetch back
+LONGEST_RESUBSCRIBE_WAIT_S = 5.0
+
+EnsureStream = Callable[[], Awaitable[None]]
+
+
+class PullLoop(Generic[UowT]):
+    """The loop :class:`~tessera.core.messaging.consumer.ConsumerRunner` runs; it handles batches."""
+
+    js: JetStreamContext
+    spec: ConsumerSpec[UowT]
+    metrics: Metrics
+    stop: asyncio.Event
+    subscribed: asyncio.Event
+    ensure_stream: EnsureStream | None
+    """creates (or brings to its limits) the stream when this service owns it; None otherwise"""
+    _failures: RateLimitedLog
+    _unsettled: set[int]
+    """stream sequences delivered and not yet acked or terminated (nak'd ones, say)"""
+    _highest_delivered: int
+
+    async def handle_batch(self, msgs: list[Msg]) -> None:
+        raise NotImplementedError
+
+    def _delivered(self, msgs: list[Msg]) -> None:
+        for msg in msgs:
+            sequence = msg.metadata.sequence.stream
+            self._unsettled.add(sequence)
+            self._highest_delivered = max(self._highest_delivered, sequence)
+
+    def _settled(self, msg: Msg) -> None:
+        self._unsettled.discard(msg.metadata.sequence.stream)
+
+    def _resume_from(self) -> int | None:
+        """Where a durable consumer created again starts: at the first message this one has not
+        settled, so nothing it handled is delivered again (the inbox keeps ids only for a while)
+        and nothing it had not finished is skipped. None before any delivery: from the start."""
+        if self._unsettled:
+            return min(self._unsettled)
+        return self._highest_delivered + 1 if self._highest_delivered else None
+
+    async def _subscribe(self) -> JetStreamContext.PullSubscription:
+        """Bind to the durable consumer, creating it when it is not there (from the stream's start,
+        or where this runner left off when it was there before), once its stream is there."""
+        stream = subjects.stream_name(self.spec.stream_owner)
+        delay = 0.2
+        while not self.stop.is_set():
+            try:
+                resume_from = self._resume_from()
+                if (
+                    resume_from is not None
+                    and (await self.js.stream_info(stream)).state.last_seq + 1 < resume_from
+                ):
+                    resume_from = None  # a stream created anew (or restored): read it all
+                config = ConsumerConfig(
+                    durable_name=self.spec.name,
+                    ack_policy=AckPolicy.EXPLICIT,
+                    deliver_policy=DeliverPolicy.ALL
+                    if resume_from is None
+                    else DeliverPolicy.BY_START_SEQUENCE,
+                    opt_start_seq=resume_from,
+                    max_deliver=self.spec.max_deliver,
+                    ack_wait=self.spec.ack_wait_s,
+                    filter_subject=self.spec.filter_subject,
+                )
+                sub = await self.js.pull_subscribe(
+                    self.spec.filter_subject,
+                    durable=self.spec.name,
+                    stream=stream,
+                    config=config,
+                )
+                self.subscribed.set()
+                return sub
+            except NotFoundError:
+                log.info("waiting for stream", extra={"stream": stream})
+            except Exception:
+                log.exception("subscribe failed; retrying", extra={"consumer": self.spec.name})
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+        raise asyncio.CancelledError
+
+    async def _fetch(self, sub: JetStreamContext.PullSubscription) -> list[Msg]:
+        """Wait up to a second for the first message; it comes with every message already there,
+        up to the batch (one pull request, `no_wait` with `expires`: the server answers as soon as
+        it has any). A trickle is handled at once and a flood in full batches, since a backlog piles
+        up while a batch is handled. With the spec's `linger_s`, a second pull then waits that long
+        for more (one more round trip, and `linger_s` more latency, per batch)."""
+        msgs = await sub.fetch(self.spec.batch, timeout=1.0)
+        if self.spec.linger_s and len(msgs) < self.spec.batch:
+            with contextlib.suppress(TimeoutError):
+                msgs += await sub.fetch(self.spec.batch - len(msgs), timeout=self.spec.linger_s)
+        return msgs
+
+    async def run(self) -> None:
+        sub = await self._subscribe()
+        failed = 0  # fetches failed in a row
+        resubscribed = 0  # resubscriptions in a row with no fetch answered since
+        while not self.stop.is_set():
+            try:
+                msgs = await self._fetch(sub)
+            except TimeoutError:
+                failed = resubscribed = 0
+                self.metrics.consumer_lag.labels(self.spec.name).set(0)
+                continue
+            except Exception as exc:
+                if self.stop.is_set():
+                    break
+                failed += 1
+                self._failures.error(
+                    f"fetch:{type(exc).__name__}",
+                    "fetch failed; retrying",
+                    extra={"consumer": self.spec.name, "error": repr(exc)},
+                )
+                if _gone(exc) or failed >= FAILED_FETCHES_BEFORE_RESUBSCRIBING:
+                    sub = await self._resubscribe(sub, exc, resubscribed)
+                    failed, resubscribed = 0, resubscribed + 1
+                else:
+                    await asyncio.sleep(0.5)
+                continue
+            failed = resubscribed = 0
+            self._delivered(msgs)
+            try:
+                await self.handle_batch(msgs)
+            except Exception as exc:
+                # Say an ack failed on a NATS hiccup: whatever was not acked is redelivered after
+                # ack_wait and the inbox drops what was already handled, so the consumer goes on.
+                self._failures.error(
+                    f"settle:{type(exc).__name__}",
+                    "settling a batch failed; unacked messages will be redelivered",
+                    extra={"consumer": self.spec.name},
+                    exc_info=True,
+                )
+                await asyncio.sleep(0.5)
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+
+    async def _resubscribe(
+        self, sub: JetStreamContext.PullSubscription, cause: Exception, in_a_row: int
+    ) -> JetStreamContext.PullSubscription:
+        """The durable consumer (or its stream) may be gone: create the stream again when this
+        service owns it, then the durable consumer (the subscription waits for a stream it does not
+        own). Resubscriptions in a row wait longer and longer first, up to five seconds."""
+        self.subscribed.clear()
+        self.metrics.consumer_resubscribes.labels(self.spec.name).inc()
+        log.warning(
+            "the consumer's fetches fail; subscribing again",
+            extra={"consumer": self.spec.name, "error": repr(cause), "in_a_row": in_a_row + 1},
+        )
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+        if in_a_row and await wait_any(
+            self.stop, timeout=min(LONGEST_RESUBSCRIBE_WAIT_S, 0.25 * 2**in_a_row)
+        ):
+            raise asyncio.CancelledError
+        if self.ensure_stream is not None:
+            try:
+                await self.ensure_stream()
+            except Exception as exc:  # JetStream away: the subscription below waits for it
+                log.warning(
+                    "ensuring the stream failed", extra={"consumer": self.spec.name, "error": repr(exc)}
+                )
+        return await self._subscribe()
+
+
+def _gone(exc: Exception) -> bool:
+    if isinstance(exc, ServiceUnavailableError | NotFoundError):  # nats.py raises the 503 without a code
+        return True
+    return isinstance(exc, APIError) and exc.code in GONE_CODES

@@ -8,17 +8,29 @@ from typing import Any, ClassVar, Self
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tessera.core.messaging.streams import StreamLimits
+from tessera.core.messaging.streams import Discard, StreamLimits
 
 
 class StreamSettings(BaseModel):
+    """The service's stream. It keeps messages by limits (age, bytes), consumed or not, so `max_bytes`
+    counts the history too: with `discard="new"` a stream that filled refuses every publish until
+    old messages age out, and with `"old"` (the default) a full stream drops its oldest messages,
+    even ones a consumer has not read yet. Size `max_bytes` for `max_age_s` of traffic either way."""
+
     duplicate_window_s: float = Field(120.0, gt=0)
     max_age_s: float = Field(7 * 24 * 3600.0, gt=0)
     max_bytes: int = Field(1024**3, gt=0)
     replicas: int = Field(1, ge=1, le=5)
+    discard: Discard = Field(
+        "old",
+        description='what a full stream does with a new message: "old" drops its oldest messages '
+        '(consumed or not), "new" refuses the message (the outbox then keeps the row until there is room)',
+    )
 
     def limits(self) -> StreamLimits:
-        return StreamLimits(self.duplicate_window_s, self.max_age_s, self.max_bytes, self.replicas)
+        return StreamLimits(
+            self.duplicate_window_s, self.max_age_s, self.max_bytes, self.replicas, self.discard
+        )
 
 
 class ConsumerSettings(BaseModel):

@@ -48,7 +48,13 @@ class ConsumerSettings(BaseModel):
 
 
 class RetentionSettings(BaseModel):
-    """How long handled-message records are kept; services add their own tables (raw samples, say)."""
+    """How long handled-message records are kept; services add their own tables (raw samples, say).
+
+    The inbox drops a message whose id it holds, so exactly-once handling assumes every copy of an
+    event reaches a consumer within `inbox_s` of the first: JetStream drops a republished copy only
+    inside the stream's duplicate window (hence `inbox_s` must exceed it), and redeliveries come
+    within `max_deliver` backoffs. A copy arriving later (published again by hand, or a durable
+    consumer created anew reading the stream from its start) is handled again."""
 
     interval_s: float = Field(60.0, gt=0, description="how often old rows are deleted")
     inbox_s: float = Field(

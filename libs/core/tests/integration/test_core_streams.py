@@ -1,17 +1,20 @@
 """The service stream's limits on real NATS: `ensure_stream` brings an existing stream to them, and a
-stream that discards new messages refuses a publish when full instead of dropping unread ones."""
+stream that discards new messages refuses a publish when full instead of dropping unread ones, a
+refusal the outbox relay's `publish_async` sees as such."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import nats
 import pytest
 from nats.aio.client import Client as NATS
 from nats.js.api import DiscardPolicy
-from nats.js.errors import APIError
+from nats.js.errors import APIError, ServiceUnavailableError
 
 from tessera.contracts import subjects
+from tessera.core.messaging.publish_async import publish_async
 from tessera.core.messaging.streams import StreamLimits, ensure_stream
 from tessera.core.settings import StreamSettings
 from tessera.testing.services import reset_jetstream
@@ -59,3 +62,21 @@ async def test_by_default_a_full_stream_still_drops_its_oldest_messages(nc: NATS
         await js.publish(subjects.tenant_submit_job(f"t{i}"), b"x" * 200)
     state = (await js.stream_info(STREAM)).state
     assert state.first_seq > 1 and state.last_seq == 64
+
+
+async def test_a_refused_publish_fails_its_pubacks_future_with_the_refusal(nc: NATS) -> None:
+    """nats.py 2.16 left the future of an error PubAck pending for ever (its handler raised the
+    error instead of setting it): the outbox relay saw a refusal as a PubAck that never came."""
+    await ensure_stream(nc.jetstream(), "admission", StreamSettings(max_bytes=1024, discard="new").limits())
+    js = nc.jetstream(publish_async_max_pending=3)
+    outcomes: list[object] = []
+    for i in range(12):  # the stream fills after a few; every later one is refused
+        future = await publish_async(js, subjects.tenant_submit_job(f"t{i}"), b"x" * 200, {}, wait_stall=5.0)
+        try:
+            outcomes.append(await asyncio.wait_for(future, timeout=30))
+        except ServiceUnavailableError as exc:
+            outcomes.append(exc)
+    refused = [o for o in outcomes if isinstance(o, ServiceUnavailableError)]
+    assert refused and outcomes[-1] in refused, "the refusal reached the future"
+    assert "maximum bytes" in (refused[0].description or "")
+    assert js.publish_async_pending() == 0, "no slot is held by a refused publish"

@@ -10,6 +10,12 @@ returned nor ever completed, so the slot is never given back; once every slot ha
 gives the slot back. It finds those as the context's pending futures the caller does not hold, rather
 than by copying the context's futures before every call, which would cost a batch time quadratic in
 its size. The context also keeps its connection to itself: `connected` reads it there.
+
+Its PubAck handler (`_handle_async_reply`) turns an error PubAck into an exception with
+`APIError.from_error`, which raises it rather than returning it: the exception escapes the handler
+(nats.py logs "encountered error") and the future is never completed, so a refused message (a full
+stream's 503, say) looked like a PubAck that never came. `publish_async` below wraps the handler,
+before the context subscribes it on its first `publish_async`, so the future fails with the error.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import asyncio
 from collections.abc import Container
 from typing import Any
 
+import nats.js.errors
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
@@ -45,6 +53,7 @@ async def publish_async(
     `held`: the futures of this context the caller holds, still pending. The caller must be the only
     one publishing with `publish_async` on `js` (the outbox relay is, on its service's context): then
     a pending future of `js` that is not in `held` after a failed call is one that call registered."""
+    _complete_refusals(js)
     try:
         future: asyncio.Future[PubAck] = await js.publish_async(
             subject, payload, headers=headers, wait_stall=wait_stall
@@ -64,3 +73,24 @@ def _cancel_unheld(js: Any, held: Container[asyncio.Future[PubAck]]) -> None:
     for future in list(futures.values()):
         if not future.done() and future not in held:
             future.cancel()
+
+
+def _complete_refusals(js: Any) -> None:
+    """Make the context's PubAck handler fail a future with its error PubAck's `APIError` instead of
+    leaving it pending; once, before the handler is subscribed (nats-py 2.16 subscribes the handler
+    it finds on the context at its first `publish_async`)."""
+    if getattr(js, "_async_reply_prefix", True) is not None or getattr(js, "_tessera_refusals", False):
+        return  # subscribed already, not nats-py's context, or wrapped
+    handle = js._handle_async_reply
+
+    async def handle_refusals(msg: Msg) -> None:
+        try:
+            await handle(msg)
+        except nats.js.errors.APIError as exc:
+            token = msg.subject[len(js._nc._inbox_prefix) + 22 + 2 :]  # as nats-py 2.16 finds it
+            future = js._publish_async_futures.get(token)
+            if future is not None and not future.done():
+                future.set_exception(exc)
+
+    js._handle_async_reply = handle_refusals
+    js._tessera_refusals = True

@@ -98,3 +98,31 @@ async def test_a_stream_lost_with_its_data_is_created_again_and_read_from_its_st
         runner.stop.set()
         await asyncio.wait_for(task, timeout=10)
     assert behaviour.handled == ["one", "two", "three"]
+
+
+async def test_a_stream_created_anew_by_its_owner_is_read_from_its_start_however_long(bus: Bus) -> None:
+    """The stream is another service's: the consumer waits for it, and by the time it is back it
+    holds more messages than the old one did, so only its creation time tells it is another."""
+    behaviour, metrics = Behaviour(), Metrics()
+    runner = running(bus, behaviour, metrics, owns_stream=False)
+    task = asyncio.create_task(runner.run())
+    try:
+        for job in ("one", "two"):
+            await bus.publish(job)
+        await eventually(lambda: handled(behaviour, "one", "two"), timeout=20, what="the first messages")
+        await bus.nc.jetstream().delete_stream(STREAM)
+
+        async def waiting() -> bool:
+            return not runner.subscribed.is_set()
+
+        await eventually(waiting, timeout=30, what="the consumer waiting for its stream")
+        await ensure_stream(bus.nc.jetstream(), "admission", StreamLimits())  # its owner, restarted
+        for job in ("three", "four", "five", "six"):
+            await bus.publish(job)
+        await eventually(
+            lambda: handled(behaviour, "three", "four", "five", "six"), timeout=30, what="the new stream read"
+        )
+    finally:
+        runner.stop.set()
+        await asyncio.wait_for(task, timeout=10)
+    assert behaviour.handled == ["one", "two", "three", "four", "five", "six"]

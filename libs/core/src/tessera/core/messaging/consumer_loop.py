@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Generic
 
 from nats.aio.msg import Msg
@@ -48,6 +49,8 @@ class PullLoop(Generic[UowT]):
     _unsettled: set[int]
     """stream sequences delivered and not yet acked or terminated (nak'd ones, say)"""
     _highest_delivered: int
+    _stream_created: datetime | None = None
+    """when the stream this runner read was created: another one is read from its start"""
 
     async def handle_batch(self, msgs: list[Msg]) -> None:
         raise NotImplementedError
@@ -76,11 +79,9 @@ class PullLoop(Generic[UowT]):
         delay = 0.2
         while not self.stop.is_set():
             try:
+                info = await self.js.stream_info(stream)
                 resume_from = self._resume_from()
-                if (
-                    resume_from is not None
-                    and (await self.js.stream_info(stream)).state.last_seq + 1 < resume_from
-                ):
+                if info.created != self._stream_created or info.state.last_seq + 1 < (resume_from or 0):
                     resume_from = None  # a stream created anew (or restored): read it all
                 config = ConsumerConfig(
                     durable_name=self.spec.name,
@@ -99,6 +100,7 @@ class PullLoop(Generic[UowT]):
                     stream=stream,
                     config=config,
                 )
+                self._stream_created = info.created
                 self.subscribed.set()
                 return sub
             except NotFoundError:

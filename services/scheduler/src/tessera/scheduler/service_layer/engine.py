@@ -178,7 +178,7 @@ class SchedulingEngine:
                     watches = WatchState(self.state, self.cluster, self.settings, now)
                     cache = self.cluster.cache
                     for key in native_keys(cache.pods.store, cache.pod_groups.store):
-                        await watches.refresh_native(repo, key)
+                        outcomes += await watches.refresh_native(repo, key)
             state = self.state
             if self.cluster is None:
                 # Whichever replica took the inventory message, every replica sees the stored one.
@@ -193,7 +193,7 @@ class SchedulingEngine:
                 if stamp != state.inventory_stamp:
                     state.inventory_stamp = stamp
                     await self._sync_health_marks(repo, now)
-            await self._sync_pending(repo, now)
+            outcomes += await self._sync_pending(repo, now)
             await self._learn_typical_workload(repo, now)
             if self.cluster is not None:
                 watches = WatchState(state, self.cluster, self.settings, now)
@@ -304,14 +304,16 @@ class SchedulingEngine:
         state.fragmentation.expect(await learn_typical_workload(repo, profile))
         state.workload_learnt_at = now
 
-    async def _sync_pending(self, repo: SchedulerRepository, now: float) -> None:
+    async def _sync_pending(self, repo: SchedulerRepository, now: float) -> list[GangOutcome]:
         """Gangs admitted since the last cycle join the queue: on a cluster with the pods their
-        workloads created so far (more join as they come), in inventory mode as named members."""
+        workloads created so far (more join as they come), in inventory mode as named members.
+        Returns the gangs placed by pods found bound by our bind (:meth:`WatchState.adopt`)."""
         assert self.state is not None
         state = self.state
+        outcomes: list[GangOutcome] = []
         new = await repo.pending_ids() - set(state.gangs)
         if not new:
-            return
+            return outcomes
         for row in await repo.pending(only=new):
             if row.source != JOB or row.spec is None:
                 continue
@@ -322,12 +324,13 @@ class SchedulingEngine:
             state.gangs[row.job_id] = info
             state.specs[row.job_id] = row.spec
             if self.cluster is not None:
-                WatchState(state, self.cluster, self.settings, now).refresh_job(row.job_id)
+                outcomes += WatchState(state, self.cluster, self.settings, now).refresh_job(row.job_id)
                 continue
             namespace = self.settings.namespace
             info.groups = {m.key: m.group for m in job_pod_names(row.job_id, row.spec, namespace)}
             gang = job_gang(row.job_id, row.spec, namespace, submitted, self.settings.gang.timeout_s)
             state.assembly.scheduler.submit(gang)
+        return outcomes
 
     async def _finish_ended(self, repo: SchedulerRepository, uow: UnitOfWork, now: float) -> None:
         """Gangs whose every placed pod ended: free them, tell admission, retry what waits."""

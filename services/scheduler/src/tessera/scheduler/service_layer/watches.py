@@ -5,11 +5,17 @@ their own ("native" gangs, named ``<namespace>/<group>``). The pods of admitted 
 job-id label: their workloads' controllers create them, and each one that comes or goes resubmits
 its job's gang with the members seen so far (:meth:`WatchState.refresh_job`). A pod that carries a
 job's id outside the namespaces where that job's pods live is no member (:func:`admitted_members`).
+
+A bound pod of ours the cache does not hold was bound by someone else (held as foreign, it leaves
+its gang) unless it carries the assignment our own bind writes, naming its node
+(:func:`~.bound_pods.our_bind`): a bind that timed out but landed, a member whose eviction after a
+rollback was refused, a bind of an earlier leader landing late. Such a pod rejoins its live gang as
+a placed member (:meth:`WatchState.adopt`) or, its gang gone, holds what it uses and is evicted
+again (:meth:`WatchState.let_go`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -19,7 +25,7 @@ from typing import Any
 
 from tessera.cluster.cache import pod_key
 from tessera.cluster.conventions.names import SCHEDULER_NAME
-from tessera.cluster.domain import GpuRequest, GpuRequestKind, Node, Pod, PodGroup
+from tessera.cluster.domain import Node, Pod, PodGroup
 from tessera.cluster.port import EventType, WatchEvent
 from tessera.contracts.jobs import JobSpec
 from tessera.core.observability.ratelimit import RateLimitedLog
@@ -27,13 +33,23 @@ from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL
 from tessera.scheduler.adapters.repository import JOB, PODGROUP, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
-from tessera.scheduler.domain.cache import CacheConflict, PodState, SchedulerCache
+from tessera.scheduler.domain.cache import CacheConflict
 from tessera.scheduler.domain.framework.cluster_view import gang_spec, node_info
 from tessera.scheduler.domain.framework.pod import InvalidSpec
 from tessera.scheduler.domain.gang.queue import ClusterEvent
 from tessera.scheduler.domain.gang.scheduler import GangOutcome
 from tessera.scheduler.domain.gang.spec import GangSpec
-from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
+from tessera.scheduler.service_layer.bound_pods import (
+    FOREIGN,
+    adoptable,
+    bound_by_others,
+    foreign_allocation,
+    held_by_others,
+    hold_bound_pod,
+    hold_foreign,
+    our_bind,
+    requested_gpus,
+)
 from tessera.scheduler.service_layer.engine_state import EngineState
 from tessera.scheduler.service_layer.gangs import (
     job_gang_of_pods,
@@ -44,7 +60,19 @@ from tessera.scheduler.service_layer.gangs import (
 )
 from tessera.scheduler.service_layer.outcomes import GangInfo
 
-FOREIGN = "foreign:"  # gang name prefix of pods other schedulers placed
+# re-exported: the rebuild and the tests take them from here
+__all__ = [
+    "FOREIGN",
+    "WatchState",
+    "admitted_members",
+    "foreign_allocation",
+    "hold_bound_pod",
+    "hold_foreign",
+    "native_gang",
+    "native_keys",
+    "native_of",
+    "requested_gpus",
+]
 
 log = logging.getLogger(__name__)
 _strangers = RateLimitedLog(log, interval_s=math.inf)  # once per pod (the newest 1024 pods)
@@ -100,86 +128,9 @@ def native_of(
     return None
 
 
-def foreign_allocation(pod: Pod, uuids: Mapping[int, str]) -> Allocation:
-    """What a pod of another scheduler holds: CPU and memory, the GPUs its assignment names, and its
-    MIG devices.
-
-    GPUs handed out by the device plugin without Tessera's annotation cannot be told apart, so only
-    annotated ones are counted. MIG devices are counted by profile, as the node advertises them:
-    the slices its assignment names, else those its request asks for (``nvidia.com/mig-<profile>``)."""
-    index_of = {uuid: index for index, uuid in uuids.items()}
-    shares = pod.assignment.shares if pod.assignment is not None else ()
-    gpus = tuple((index_of[s.gpu_uuid], s.milli) for s in shares if s.gpu_uuid in index_of and s.mig is None)
-    mig: dict[str, int] = {}
-    for share in shares:
-        if share.mig is not None:
-            mig[share.mig.profile] = mig.get(share.mig.profile, 0) + 1
-    request = pod.requirements.gpu
-    if not mig and request.kind is GpuRequestKind.MIG and request.mig_profile and request.count > 0:
-        mig[request.mig_profile] = request.count
-    key = pod_key(pod)
-    return Allocation(
-        key,
-        f"{FOREIGN}{key}",
-        pod.node_name or "",
-        gpus,
-        pod.requirements.cpu_milli,
-        pod.requirements.memory_mib,
-        tuple(sorted(mig.items())),
-    )
-
-
-def hold_foreign(cache: SchedulerCache, allocation: Allocation) -> None:
-    """Count a pod another scheduler placed as bound; best effort: GPUs or MIG devices the cache
-    cannot fit (the node does not advertise them just now, say while its device plugin restarts) are
-    left out, but its CPU and memory are still counted; a pod whose CPU and memory do not fit either
-    (the node is already full in our books) is left out rather than failing the cycle."""
-    try:
-        cache.assume(allocation)
-    except CacheConflict:
-        if not (allocation.gpu_milli or allocation.mig):
-            return
-        allocation = replace(allocation, gpu_milli=(), mig=())
-        try:
-            cache.assume(allocation)
-        except CacheConflict:
-            return
-    with contextlib.suppress(CacheConflict):
-        cache.confirm_bound(allocation.pod)
-
-
-def requested_gpus(request: GpuRequest, node: NodeInfo) -> tuple[tuple[int, int], ...]:
-    """GPUs of ``node`` that a pod's whole or fractional GPU request takes when no assignment names
-    them: idle GPUs for whole ones, else the first GPU the share fits, healthy ones and the lowest
-    index first; fewer, or none, where the cache's books show too little free on the node."""
-    gpus = sorted((gpu for gpu in node.gpus if not gpu.mig), key=lambda gpu: (not gpu.healthy, gpu.index))
-    if request.kind is GpuRequestKind.WHOLE:
-        idle = [gpu.index for gpu in gpus if gpu.fully_idle]
-        return tuple((index, request.milli) for index in idle[: request.count])
-    if request.kind is GpuRequestKind.FRACTIONAL:
-        for gpu in gpus:
-            if gpu.fits(request.milli):
-                return ((gpu.index, request.milli),)
-    return ()
-
-
-def hold_bound_pod(cache: SchedulerCache, pod: Pod, uuids: Mapping[int, str]) -> None:
-    """Count a bound pod the scheduler did not place as holding what it uses (:func:`hold_foreign`):
-    a pod of another scheduler, or one of ours bound by someone else (by hand, or made with its
-    ``nodeName`` set). Such a pod of ours holds the GPUs its assignment names or, with none written,
-    GPUs its request takes (:func:`requested_gpus`)."""
-    allocation = foreign_allocation(pod, uuids)
-    if pod.scheduler_name == SCHEDULER_NAME and pod.assignment is None:
-        with contextlib.suppress(KeyError):
-            gpus = requested_gpus(pod.requirements.gpu, cache.node(allocation.node))
-            allocation = replace(allocation, gpu_milli=gpus)
-    hold_foreign(cache, allocation)
-
-
-def held_by_others(cache: SchedulerCache, key: str) -> bool:
-    """Whether the cache counts pod ``key`` as placed by someone else: no gang member, then."""
-    allocation = cache.allocation(key)
-    return allocation is not None and allocation.gang.startswith(FOREIGN)
+def native_key(pod: Pod) -> str:
+    """The native gang a pod of ours is a member of: its PodGroup's, else its own (a lone pod)."""
+    return f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else pod_key(pod)
 
 
 def native_keys(pods: Mapping[str, Pod], groups: Mapping[str, PodGroup]) -> list[str]:
@@ -213,7 +164,7 @@ class WatchState:
             return await self._pod(repo, event)
         if kind == "podgroup":
             group: PodGroup = event.object
-            await self.refresh_native(repo, group.key)
+            return await self.refresh_native(repo, group.key)
         return []
 
     def _node(self, event: WatchEvent[Node]) -> list[GangOutcome]:
@@ -240,25 +191,42 @@ class WatchState:
         pod = event.object
         key = pod_key(pod)
         ended = event.type is EventType.DELETED or pod.terminated
-        cache = self.state.assembly.cache
-        if (ended or pod.deleting) and cache.pod_state(key) is PodState.ASSUMED:
-            # reserved while its gang waits for quorum, never bound: the gang forgets the reservation,
-            # and the refresh below drops the member (a pod made again under its name joins afresh)
-            self.state.assembly.scheduler.reservation_gone(key, self.now)
-        elif ended and cache.allocation(key) is not None:
+        cache, scheduler = self.state.assembly.cache, self.state.assembly.scheduler
+        held = cache.allocation(key)
+        if (ended or pod.deleting) and scheduler.not_placed(key):
+            # reserved while its gang waits for quorum (or adopted, not placed yet): the gang forgets
+            # it, and the refresh below drops the member (a pod made again under its name joins afresh)
+            scheduler.reservation_gone(key, self.now)
+        elif ended and held is not None:
             self.pod_ended(key, pod.phase.value if event.type is not EventType.DELETED else "Deleted")
             return []
-        if pod.bound and not ended and cache.allocation(key) is None and not self.count_foreign(pod):
+        elif pod.bound and held is not None and held.node != pod.node_name and scheduler.not_placed(key):
+            # reserved while its gang waits, bound elsewhere meanwhile by someone else: binding it at
+            # quorum would fail (and break the gang) for ever; it is counted where it is instead
+            scheduler.reservation_gone(key, self.now)
+        ours = pod.scheduler_name == SCHEDULER_NAME
+        mine = adoptable(cache, pod)  # bound by our bind, held for no gang: adopted by the refresh
+        if mine and not self.live(pod):
+            self.let_go(pod)
             return []
-        # unplaced, or a pod of ours bound by someone else: it leaves its gang (held as foreign)
-        unplaced = not pod.bound or held_by_others(cache, key)
+        if (
+            pod.bound
+            and not ended
+            and not mine
+            and cache.allocation(key) is None
+            and not self.count_foreign(pod)
+        ):
+            return []
+        # unplaced, adoptable, or a pod of ours bound by someone else (it leaves its gang, held as
+        # foreign); or one we bound and let go, now gone (it leaves its gang too)
+        unplaced = not pod.bound or mine or held_by_others(cache, key)
+        unplaced |= ended and our_bind(pod) and cache.allocation(key) is None
         job_id = pod.labels.get(JOB_ID_LABEL)
-        if job_id and pod.scheduler_name == SCHEDULER_NAME and unplaced:
-            self.refresh_job(job_id)  # a member came, or one not yet placed went
-            return []
+        if job_id and ours and unplaced:
+            return self.refresh_job(job_id)  # a member came, or one not yet placed went
         # a pod of ours that came, or one not yet placed that went (deleted, or ended before a node)
-        if unplaced and pod.scheduler_name == SCHEDULER_NAME and (ended or pod.deleting or _ours(pod)):
-            await self.refresh_native(repo, f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else key)
+        if unplaced and ours and (ended or pod.deleting or _ours(pod)):
+            return await self.refresh_native(repo, native_key(pod))
         return []
 
     def count_foreign(self, pod: Pod) -> bool:
@@ -273,6 +241,53 @@ class WatchState:
         hold_bound_pod(self.state.assembly.cache, pod, uuids)
         return ours and held_by_others(self.state.assembly.cache, pod_key(pod))
 
+    def live(self, pod: Pod) -> bool:
+        """Whether the gang a pod of ours is a member of is live: an admitted job's (the pod in one of
+        its namespaces), or a PodGroup's or lone pod's the scheduler keeps."""
+        job_id = pod.labels.get(JOB_ID_LABEL)
+        if not job_id:
+            return native_key(pod) in self.state.gangs
+        info, spec = self.state.gangs.get(job_id), self.state.specs.get(job_id)
+        return (
+            info is not None
+            and info.source == JOB
+            and spec is not None
+            and pod.namespace in job_namespaces(spec, self.settings.namespace)
+        )
+
+    def let_go(self, pod: Pod) -> None:
+        """A pod bound by our bind whose gang is gone (finished, forgotten): it holds what it uses,
+        in no gang's name, and is evicted again, once; it stays a member of no gang and of any gang
+        it joins (:meth:`adopt`)."""
+        cache, key = self.state.assembly.cache, pod_key(pod)
+        if cache.allocation(key) is not None or pod.node_name not in self.state.nodes:
+            return
+        hold_bound_pod(cache, pod, self.state.uuids.get(pod.node_name or "", {}))
+        log.warning("a pod bound by the scheduler belongs to no live gang: evicting it", extra={"pod": key})
+        self.state.port.evict(foreign_allocation(pod, self.state.uuids.get(pod.node_name or "", {})))
+
+    def adopt(self, gang: str, pods: Iterable[Pod]) -> list[GangOutcome]:
+        """Members of a live gang bound by our bind and held for no gang: each holds what its
+        assignment names, bound, as a placed member (:meth:`GangScheduler.adopt`); one whose GPUs
+        the cache cannot fit holds its CPU and memory; one that fits not even so stays a member
+        waiting for a node (binding it there again succeeds; elsewhere it fails)."""
+        cache, scheduler = self.state.assembly.cache, self.state.assembly.scheduler
+        outcomes: list[GangOutcome] = []
+        for pod in pods:
+            key = pod_key(pod)
+            if held_by_others(cache, key):
+                cache.remove_pod(key)  # held in its stead while its gang was not live
+            own = replace(foreign_allocation(pod, self.state.uuids.get(pod.node_name or "", {})), gang=gang)
+            for allocation in (own, replace(own, gpu_milli=(), mig=())):
+                try:
+                    outcome = scheduler.adopt(allocation, self.now)
+                except CacheConflict:
+                    continue
+                log.info("a member found bound by the scheduler rejoins its gang", extra={"pod": key})
+                outcomes += [outcome] if outcome is not None else []
+                break
+        return outcomes
+
     def pod_ended(self, key: str, phase: str) -> None:
         """A placed pod ended or vanished: its resources are free; its gang may now be finished. A
         pod only reserved (its gang waits for quorum) was never placed: its gang forgets it."""
@@ -286,37 +301,42 @@ class WatchState:
             info.placed[key] = phase
         self.state.assembly.scheduler.notify(ClusterEvent.CAPACITY_FREED, self.now)
 
-    def refresh_job(self, job_id: str) -> None:
-        """(Re)submit an admitted job's gang with its live pods, if any of them waits for a node."""
+    def refresh_job(self, job_id: str) -> list[GangOutcome]:
+        """(Re)submit an admitted job's gang with its live pods, if any of them waits for a node or
+        was bound by our bind though the cache holds it for no gang (it is adopted: :meth:`adopt`)."""
         state = self.state
         info, spec = state.gangs.get(job_id), state.specs.get(job_id)
         if info is None or info.source != JOB or spec is None:
-            return  # not admitted (yet, or any more): its pods wait for admission
+            return []  # not admitted (yet, or any more): its pods wait for admission
+        cache = state.assembly.cache
         members = [
             pod
             for pod in admitted_members(
                 self.cluster.cache.pods.store.values(), job_id, spec, self.settings.namespace
             )
-            if not held_by_others(state.assembly.cache, pod_key(pod))
+            if not bound_by_others(cache, pod)
         ]
         # members that went before a node was found leave the gang (kept if placed; the controller
         # makes a replacement, which joins as a new member)
         state.assembly.scheduler.members_gone(job_id, {pod_key(pod) for pod in members})
-        if not any(not pod.bound for pod in members):
-            return
+        found = [pod for pod in members if adoptable(cache, pod)]
+        if not found and not any(not pod.bound for pod in members):
+            return []
         info.groups.update({pod_key(pod): member_group(pod) for pod in members})
         submitted = info.submitted_at if info.submitted_at is not None else self.now
         gang = job_gang_of_pods(job_id, spec, members, submitted, self.settings.gang.timeout_s)
         state.assembly.scheduler.submit(gang)
+        return self.adopt(job_id, found)
 
-    async def refresh_native(self, repo: SchedulerRepository, group_key: str) -> None:
-        """(Re)submit a native gang from the PodGroup (or lone pod) and its pending pods."""
+    async def refresh_native(self, repo: SchedulerRepository, group_key: str) -> list[GangOutcome]:
+        """(Re)submit a native gang from the PodGroup (or lone pod) and its pending pods; members
+        bound by our bind that the cache holds for no gang are adopted (:meth:`adopt`)."""
         cache = self.cluster.cache
         found = native_of(cache.pods.store, cache.pod_groups.store, group_key)
         state = self.state
+        held = state.assembly.cache
         if found is not None:
-            held = state.assembly.cache
-            found = found[0], [pod for pod in found[1] if not held_by_others(held, pod_key(pod))]
+            found = found[0], [pod for pod in found[1] if not bound_by_others(held, pod)]
         # members deleted while they waited for a node leave the gang; a gang left with none is gone
         present = {pod_key(pod) for pod in found[1]} if found is not None else set()
         if state.assembly.scheduler.members_gone(group_key, present):
@@ -324,10 +344,11 @@ class WatchState:
             state.native_submitted.pop(group_key, None)
             await repo.remove_pending(group_key)
         if found is None:
-            return
+            return []
         group, members = found
-        if not any(not pod.bound for pod in members):
-            return
+        mine = [pod for pod in members if adoptable(held, pod)]
+        if not any(not pod.bound for pod in members) and not (mine and group_key in state.gangs):
+            return []
         if group_key not in state.gangs:
             submitted = self.now
             await repo.add_pending(
@@ -344,3 +365,4 @@ class WatchState:
         spec = native_gang(group, members, state.native_submitted.get(group_key, self.now))
         spec = replace(spec, timeout_s=spec.timeout_s or self.settings.gang.timeout_s)
         state.assembly.scheduler.submit(spec)
+        return self.adopt(group_key, mine)

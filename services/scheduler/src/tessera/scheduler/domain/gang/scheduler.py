@@ -113,6 +113,7 @@ class GangScheduler(MemberChanges):
             evictor if pipeline and isinstance(evictor, PipelinedRunner) else None
         )
         self._waiting: dict[str, Waiting] = {}
+        self._adopted: dict[str, dict[str, Allocation]] = {}
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -134,6 +135,7 @@ class GangScheduler(MemberChanges):
             if (allocation := self.cache.remove_pod(pod)) is not None
         )
         self._waiting.pop(gang, None)
+        self._adopted.pop(gang, None)
         self.registry.remove(gang)
         self.queue.remove(gang)
         if released:
@@ -361,7 +363,8 @@ class GangScheduler(MemberChanges):
                 gang, RequeueReason.BIND_FAILED, ready.bind_failure.message(), now, tuple(ready.bound)
             )
         decisions = tuple(member.decision for member in waiting.members.values())
-        outcome = GangOutcome(gang, OutcomeKind.PLACED, bound=tuple(ready.bound), decisions=decisions)
+        bound = (*ready.bound, *self._adopted.pop(gang, {}).values())  # and those found bound before
+        outcome = GangOutcome(gang, OutcomeKind.PLACED, bound=bound, decisions=decisions)
         if ready.failure is None:
             self.queue.remove(gang)
         else:
@@ -398,6 +401,7 @@ class GangScheduler(MemberChanges):
                 evicted.append(allocation)
         for allocation in evicted:
             self.evictor.evict(allocation)
+        self._adopted.pop(gang, None)
         self._release_waiting(gang)
         kind = OutcomeKind.BIND_FAILED if reason is RequeueReason.BIND_FAILED else OutcomeKind.BROKEN
         if gang in self.registry:

@@ -236,6 +236,42 @@ async def test_a_pod_bound_by_our_bind_whose_gang_is_gone_holds_its_gpus_and_is_
     assert cluster.evicted == ["ns/w0"], "evicted again, once"
 
 
+async def test_a_member_bound_by_our_bind_that_its_gang_cannot_take_is_held_and_evicted() -> None:
+    cluster, repo = Cluster(), Repo()
+    cluster.groups["ns/pg"] = PodGroup("ns", "pg", 2)
+    state, watches = world(cluster, nodes=2)
+    for name in ("p0", "p1"):
+        await watches.apply(repo, "pod", cluster.add(name, 8, "pg"))
+    cluster.refused = {"ns/p1"}
+    assert [o.kind for o in state.assembly.scheduler.run(now=100.0)] == [OutcomeKind.BIND_FAILED]
+    del cluster.groups["ns/pg"]  # its PodGroup is deleted meanwhile: the gang is gone
+
+    await watches.apply(repo, "pod", cluster.events.pop(0))
+
+    held = state.assembly.cache.allocation("ns/p0")
+    assert held is not None and held.gpu_indices == tuple(range(8)), "what it uses is held"
+    assert cluster.evicted == ["ns/p0", "ns/p0"], "evicted by the rollback, then again"
+
+
+async def test_a_pod_we_bound_and_evicted_holds_nothing_once_gone_whatever_its_events_say() -> None:
+    cluster, repo = Cluster(), Repo()
+    cluster.groups["ns/pg"] = PodGroup("ns", "pg", 2)
+    state, watches = world(cluster, nodes=2)
+    for name in ("p0", "p1"):
+        await watches.apply(repo, "pod", cluster.add(name, 8, "pg"))
+    cluster.refused = {"ns/p1"}
+    assert [o.kind for o in state.assembly.scheduler.run(now=100.0)] == [OutcomeKind.BIND_FAILED]
+    stale = cluster.events.pop(0)  # p0 bound; its eviction is taken: the pod is gone since
+    gone = cluster.pods.pop("ns/p0")
+
+    await watches.apply(repo, "pod", stale)
+    await watches.apply(repo, "pod", WatchEvent(EventType.DELETED, gone, "5"))  # no deletion mark
+
+    assert state.assembly.cache.allocation("ns/p0") is None, "nothing is held for a pod that is gone"
+    assert cluster.evicted == ["ns/p0"], "evicted by the rollback only"
+    assert [m.name for m in state.assembly.registry.spec("ns/pg").members] == ["ns/p1"]
+
+
 async def test_a_reserved_member_bound_elsewhere_by_hand_is_not_bound_again() -> None:
     cluster, repo = Cluster(), Repo()
     cluster.groups["ns/pg"] = PodGroup("ns", "pg", 2)

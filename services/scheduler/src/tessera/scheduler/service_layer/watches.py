@@ -205,29 +205,33 @@ class WatchState:
             # quorum would fail (and break the gang) for ever; it is counted where it is instead
             scheduler.reservation_gone(key, self.now)
         ours = pod.scheduler_name == SCHEDULER_NAME
-        mine = adoptable(cache, pod)  # bound by our bind, held for no gang: adopted by the refresh
-        if mine and not self.live(pod):
-            self.let_go(pod)
+        # bound by our bind and held for no gang, as the pod is now (its event may be stale): the
+        # refresh adopts it; one gone or going since is left to its later events
+        current = self.cluster.cache.pods.store.get(key) if our_bind(pod) and not ended else None
+        if current is not None and adoptable(cache, current):
+            outcomes = await self.refresh(repo, current) if self.live(current) else []
+            if cache.allocation(key) is None:
+                self.let_go(current)  # its gang is gone, or did not take it
+            return outcomes
+        if our_bind(pod) and not ended and cache.allocation(key) is None:
             return []
-        if (
-            pod.bound
-            and not ended
-            and not mine
-            and cache.allocation(key) is None
-            and not self.count_foreign(pod)
-        ):
+        if pod.bound and not ended and cache.allocation(key) is None and not self.count_foreign(pod):
             return []
-        # unplaced, adoptable, or a pod of ours bound by someone else (it leaves its gang, held as
-        # foreign); or one we bound and let go, now gone (it leaves its gang too)
-        unplaced = not pod.bound or mine or held_by_others(cache, key)
+        # unplaced, or a pod of ours bound by someone else (it leaves its gang, held as foreign); or
+        # one we bound and let go, now gone (it leaves its gang too)
+        unplaced = not pod.bound or held_by_others(cache, key)
         unplaced |= ended and our_bind(pod) and cache.allocation(key) is None
-        job_id = pod.labels.get(JOB_ID_LABEL)
-        if job_id and ours and unplaced:
-            return self.refresh_job(job_id)  # a member came, or one not yet placed went
         # a pod of ours that came, or one not yet placed that went (deleted, or ended before a node)
-        if unplaced and ours and (ended or pod.deleting or _ours(pod)):
-            return await self.refresh_native(repo, native_key(pod))
+        if unplaced and ours and (pod.labels.get(JOB_ID_LABEL) or ended or pod.deleting or _ours(pod)):
+            return await self.refresh(repo, pod)
         return []
+
+    async def refresh(self, repo: SchedulerRepository, pod: Pod) -> list[GangOutcome]:
+        """Refresh the gang a pod of ours is a member of: its job's, else its native gang."""
+        job_id = pod.labels.get(JOB_ID_LABEL)
+        if job_id:
+            return self.refresh_job(job_id)
+        return await self.refresh_native(repo, native_key(pod))
 
     def count_foreign(self, pod: Pod) -> bool:
         """A bound pod the cache does not hold holds node capacity the cache must see: one another

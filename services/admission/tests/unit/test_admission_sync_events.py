@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tessera.admission.domain.model import JobState
-from tessera.admission.domain.workload_sync import Applied, Owner, WorkloadDue
+from tessera.admission.domain.workload_sync import DNS_SUBDOMAIN, Applied, Owner, WorkloadDue
 from tessera.admission.service_layer.workload_sync import apply
 
 T1 = datetime(2026, 11, 24, 5, tzinfo=UTC)
@@ -90,3 +90,24 @@ async def test_a_suspension_is_told_once_though_the_round_died_before_or_after_t
     cluster.suspended[name] = False
     await apply(preempted(kind, name, T1 + timedelta(minutes=5)), cluster, "tessera")  # type: ignore[arg-type]
     assert [reason for _, reason in cluster.events.values()] == ["Preempted", "Preempted"]
+
+
+@pytest.mark.parametrize("cut_at", ["-", ".", "---"])
+def test_an_event_on_a_long_name_cut_at_a_separator_is_still_a_valid_name(cut_at: str) -> None:
+    """An object's name of up to 253 characters cut at 200 where a `-` or `.` falls would end in it,
+    which the API server refuses (422), failing the job's every round."""
+    obj = "b" * (200 - len(cut_at)) + cut_at + "c" * 40
+    assert obj[:200].endswith(cut_at) and DNS_SUBDOMAIN.fullmatch(obj) and len(obj) <= 253
+    item = preempted("Job", obj, T1)
+    name = item.event_name(obj, "Preempted")
+    assert DNS_SUBDOMAIN.fullmatch(name) and len(name) <= 253, name
+    assert name.startswith(obj[:200].rstrip("-.") + ".")
+    assert name == item.event_name(obj, "Preempted") != item.event_name(obj, "Admitted")
+
+
+def test_an_event_on_a_short_name_begins_with_the_name() -> None:
+    item = preempted("Job", "train-0", T1)
+    head, digest = item.event_name("train-0", "Admitted").rsplit(".", 1)
+    assert head == "train-0" and len(digest) == 16
+    odd = item.event_name("Not_A.Name-", "Admitted")
+    assert DNS_SUBDOMAIN.fullmatch(odd) and odd.startswith("not-a-name."), odd

@@ -8,12 +8,29 @@ failed) keeps its objects as they are, so `kubectl logs` and `kubectl describe` 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
 from tessera.admission.domain.model import HOLDS_QUOTA, JobState
 from tessera.contracts.jobs import JobSpec
+
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+"""A Kubernetes object name (RFC 1123 subdomain), of at most 253 characters."""
+EVENT_NAME_BASE = 200
+"""The most of the object's name an Event's name begins with: with `.` and 16 hex digits, 217."""
+_NOT_LABEL = re.compile(r"[^a-z0-9]+")
+
+
+def event_base(obj: str) -> str:
+    """The start of the name of an Event on ``obj``: its name, cut to `EVENT_NAME_BASE` without a
+    `-` or `.` left at the end (a subdomain ends alphanumeric). A name that is not a subdomain (none
+    the cluster holds) gives its letters and digits joined by `-`."""
+    cut = obj[:EVENT_NAME_BASE].rstrip("-.")
+    if DNS_SUBDOMAIN.fullmatch(cut):
+        return cut
+    return _NOT_LABEL.sub("-", obj.lower())[:EVENT_NAME_BASE].strip("-") or "event"
 
 
 class Applied(StrEnum):
@@ -72,4 +89,4 @@ class WorkloadDue:
         was told) tells of it once, in a later round; another for the next change of the job."""
         since = self.recorded_at.isoformat() if self.recorded_at is not None else "-"
         key = f"{self.job_id}\n{obj}\n{reason}\n{self.applied}\n{self.want}\n{since}"
-        return f"{obj[:200]}.{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+        return f"{event_base(obj)}.{hashlib.sha256(key.encode()).hexdigest()[:16]}"

@@ -348,3 +348,26 @@ async def test_a_leader_whose_work_does_not_stop_never_overlaps_the_next() -> No
     a.down[0] = False
     await a.stopped()
     await b.stopped()
+
+
+class BreaksWhenRenewing(MemoryLeaseView):
+    """Acquires, then every renewal raises an error nobody expects (a bug, not the API server)."""
+
+    async def update(self, record: LeaseRecord) -> LeaseRecord:
+        if self.lease.record is not None and self.lease.record.holder == record.holder:
+            raise RuntimeError("a bug in renewing")
+        return await super().update(record)
+
+
+async def test_work_stops_when_renewing_fails_unexpectedly() -> None:
+    # The renewal's unexpected error ends the elector; the leader's work (one that does not heed
+    # `lost`) must not outlive the lease: it is cancelled at the renew deadline, as on a lost lease.
+    lease, timeline = MemoryLease(), list[tuple[str, str]]()
+    a = StubbornCandidate(lease, "a", timeline)
+    a.elector = LeaderElector(BreaksWhenRenewing(lease, [False]), "a", FAST, name="a")
+    a.start()
+    assert a.task is not None
+    with pytest.raises(RuntimeError, match="a bug in renewing"):
+        await asyncio.wait_for(a.task, 5)
+    assert timeline == [("a", "start"), ("a", "stop")]
+    assert not a.elector.leading

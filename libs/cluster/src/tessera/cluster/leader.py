@@ -179,10 +179,12 @@ class LeaderElector:
         finally:
             lost.set()  # stopping, lost, or the work ended on its own: it leads no more
             renew.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renew
-            await self._finish(work)
-            self.leading = False
+            try:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renew  # raises what renewing raised unexpectedly: the work stops all the same
+            finally:
+                await self._finish(work)
+                self.leading = False
         if not stop.is_set():
             log.warning(
                 "stopped leading; contending again", extra={"lease": self.name, "identity": self.identity}

@@ -272,6 +272,26 @@ async def test_a_pod_we_bound_and_evicted_holds_nothing_once_gone_whatever_its_e
     assert [m.name for m in state.assembly.registry.spec("ns/pg").members] == ["ns/p1"]
 
 
+async def test_a_reserved_member_an_earlier_leader_bound_holds_the_gpus_its_bind_gave_it() -> None:
+    cluster, repo = Cluster(), Repo()
+    cluster.groups["ns/pg"] = PodGroup("ns", "pg", 2)
+    state, watches = world(cluster, nodes=1)
+    await watches.apply(repo, "pod", cluster.add("p0", 2, "pg"))
+    assert [o.kind for o in state.assembly.scheduler.run(now=100.0)] == [OutcomeKind.WAITING]
+    reserved = state.assembly.cache.allocation("ns/p0")
+    assert reserved is not None and reserved.gpu_indices != (6, 7)
+    uuids = [gpu.uuid for gpu in NODES["gpu-0"].gpus]
+    given = DeviceAssignment("gpu-0", (GpuShare(uuids[6], 1000), GpuShare(uuids[7], 1000)))
+    cluster.update(cluster.pods["ns/p0"], node_name="gpu-0", assignment=given)  # a late bind
+    cluster.events.append(cluster.add("p1", 6, "pg"))
+
+    outcomes = await cycles(state, cluster, watches)
+
+    assert [o.kind for o in outcomes] == [OutcomeKind.PLACED]
+    assert held_for(state, "ns/pg") == {"ns/p0": ("gpu-0", (6, 7)), "ns/p1": ("gpu-0", (0, 1, 2, 3, 4, 5))}
+    assert cluster.binds == ["ns/p1"]
+
+
 async def test_a_reserved_member_bound_elsewhere_by_hand_is_not_bound_again() -> None:
     cluster, repo = Cluster(), Repo()
     cluster.groups["ns/pg"] = PodGroup("ns", "pg", 2)

@@ -39,6 +39,7 @@ from tessera.scheduler.domain.framework.pod import InvalidSpec
 from tessera.scheduler.domain.gang.queue import ClusterEvent
 from tessera.scheduler.domain.gang.scheduler import GangOutcome
 from tessera.scheduler.domain.gang.spec import GangSpec
+from tessera.scheduler.domain.snapshot import Allocation
 from tessera.scheduler.service_layer.bound_pods import (
     FOREIGN,
     adoptable,
@@ -200,9 +201,10 @@ class WatchState:
         elif ended and held is not None:
             self.pod_ended(key, pod.phase.value if event.type is not EventType.DELETED else "Deleted")
             return []
-        elif pod.bound and held is not None and held.node != pod.node_name and scheduler.not_placed(key):
-            # reserved while its gang waits, bound elsewhere meanwhile by someone else: binding it at
-            # quorum would fail (and break the gang) for ever; it is counted where it is instead
+        elif pod.bound and held is not None and self._moved(pod, held) and scheduler.not_placed(key):
+            # reserved while its gang waits, bound elsewhere meanwhile (by someone else, or by an
+            # earlier leader): binding it at quorum would fail (and break the gang) for ever, or hold
+            # GPUs it does not use; it is counted where it is instead
             scheduler.reservation_gone(key, self.now)
         ours = pod.scheduler_name == SCHEDULER_NAME
         # bound by our bind and held for no gang, as the pod is now (its event may be stale): the
@@ -225,6 +227,16 @@ class WatchState:
         if unplaced and ours and (pod.labels.get(JOB_ID_LABEL) or ended or pod.deleting or _ours(pod)):
             return await self.refresh(repo, pod)
         return []
+
+    def _moved(self, pod: Pod, held: Allocation) -> bool:
+        """Whether a bound pod is not where the cache holds it: another node or, as our bind's
+        assignment names them, other GPUs."""
+        if held.node != pod.node_name:
+            return True
+        if not our_bind(pod):
+            return False
+        used = foreign_allocation(pod, self.state.uuids.get(held.node, {})).gpu_milli
+        return sorted(used) != sorted(held.gpu_milli)
 
     async def refresh(self, repo: SchedulerRepository, pod: Pod) -> list[GangOutcome]:
         """Refresh the gang a pod of ours is a member of: its job's, else its native gang."""

@@ -87,3 +87,14 @@ async def test_without_a_token_or_admission(clock: list[float]) -> None:
     assert await refused(TenantTokens("http://admission").scope(request(None))) == 401
     assert await refused(TenantTokens(None).scope(request("tok-a"))) == 403
     assert await TenantTokens(None, "disabled").scope(request(None), "team-a") == Scope("team-a")
+
+
+async def test_an_empty_tenant_is_no_tenant(clock: list[float]) -> None:
+    # `?namespace=` left empty: every tenant for an admin's token, never a tenant named '' (which
+    # matched no row, and was remembered for the next request naming no tenant at all)
+    admission = FakeAdmission(tokens={"issued-admin": None}, jobs={"j": "team-a"})
+    tokens = tokens_of(admission, clock)
+    assert await tokens.scope(request("issued-admin"), "") == Scope(None)
+    assert await tokens.scope(request("issued-admin")) == Scope(None)
+    assert await tokens.scope(request("root"), "") == Scope(None)
+    assert await TenantTokens(None, "disabled").scope(request(None), "") == Scope(None)

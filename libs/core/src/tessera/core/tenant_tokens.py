@@ -172,7 +172,9 @@ class TenantTokens:
 
     async def scope(self, request: Request, tenant: str | None = None) -> Scope:
         """The tenants the caller may read: `tenant` alone when named (403 for another tenant's token),
-        else every tenant for the admin and its own for a tenant's token."""
+        else every tenant for the admin and its own for a tenant's token. An empty `tenant` (a
+        `?namespace=` left empty) names none, as if absent."""
+        tenant = tenant or None
         if self.auth == "disabled":
             return Scope(tenant)
         token = bearer_of(request)

@@ -13,7 +13,29 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
 
-from tessera.telemetry.domain.usage import JobRef, PodKey, billed_to
+from tessera.telemetry.domain.attribution import UNKNOWN
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """What a pod's readings are billed to."""
+
+    job_id: str
+    queue: str
+    tenant: str
+
+
+UNKNOWN_JOB = JobRef(UNKNOWN, UNKNOWN, UNKNOWN)
+
+#: a pod: (namespace, name)
+PodKey = tuple[str, str]
+
+
+def billed_to(jobs: Mapping[PodKey, JobRef], namespace: str, pod: str) -> JobRef | None:
+    """What the pod `namespace/pod` is billed to: its placement's job, else that of a placement of
+    its name without a namespace (sent before placements named one), else None."""
+    return jobs.get((namespace, pod)) or jobs.get(("", pod))
+
 
 _PLACEMENTS = count(1)
 
@@ -71,7 +93,7 @@ class JobDirectory:
 
     def refs(self) -> dict[PodKey, JobRef]:
         """(namespace, name) -> what the pod is billed to, for every placed pod (kept until the
-        directory changes); look a pod up with `usage.billed_to`."""
+        directory changes); look a pod up with `billed_to`."""
         if self._refs is None:
             self._refs = {
                 key: self.jobs.get(p.job_id) or JobRef(p.job_id, "unknown", "unknown")

@@ -12,6 +12,10 @@ telemetry outage is not billed as use). It is added to the row of its hour (`Usa
   the run in progress, so a restart continues it);
 * **cost**: allocated GPU-hours times the flavor's price per GPU-hour (spot or on-demand).
 
+A reading without a utilisation (`utilization_known=False`: dcgm-exporter has none for MIG instances,
+writes NaN) still counts allocated GPU-hours, memory and cost; not used or idle time. It leaves an idle
+run as it is, unless the container has had no known utilisation for over `max_gap_s`: the run ends.
+
 Rows are replaced, never incremented, when stored; each row keeps the time of the last reading it
 counted, and a reading at or before it is a duplicate. So replaying a window counts nothing twice.
 A reading from a window already closed is late and is refused (counted). A node clock that is more
@@ -27,30 +31,13 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from tessera.telemetry.domain.attribution import UNKNOWN, Share
+from tessera.telemetry.domain.directory import UNKNOWN_JOB as UNKNOWN_JOB
+from tessera.telemetry.domain.directory import JobRef as JobRef
+from tessera.telemetry.domain.directory import PodKey as PodKey
+from tessera.telemetry.domain.directory import billed_to as billed_to
 from tessera.telemetry.domain.pricing import Pricing
 
 HOUR_S = 3600
-
-
-@dataclass(frozen=True, slots=True)
-class JobRef:
-    """What a pod's readings are billed to."""
-
-    job_id: str
-    queue: str
-    tenant: str
-
-
-UNKNOWN_JOB = JobRef(UNKNOWN, UNKNOWN, UNKNOWN)
-
-#: a pod: (namespace, name)
-PodKey = tuple[str, str]
-
-
-def billed_to(jobs: Mapping[PodKey, JobRef], namespace: str, pod: str) -> JobRef | None:
-    """What the pod `namespace/pod` is billed to: its placement's job, else that of a placement of
-    its name without a namespace (sent before placements named one), else None."""
-    return jobs.get((namespace, pod)) or jobs.get(("", pod))
 
 
 class UsageKey(NamedTuple):
@@ -148,6 +135,8 @@ class _Holding:
     row: UsageRow | None = None
     #: its idle run, while it is idle
     run: _Run | None = None
+    #: the time (epoch seconds) of the last reading with a known utilisation
+    known: float | None = None
 
 
 @dataclass
@@ -213,6 +202,7 @@ class Accountant:
                 flagged = holding.last - row.idle_run_since >= self.policy.idle_window_s
                 waiting = {} if flagged else pending.get(run_key, {})
                 holding.run = _Run(row.idle_run_since, waiting, flagged)
+                holding.known = holding.last
         self._close_before(closed_before)
 
     def _holding(self, run_key: tuple[str, str, str, str]) -> _Holding:
@@ -264,10 +254,11 @@ class Accountant:
         jobs: Mapping[PodKey, JobRef],
         pricing: Pricing,
         now: datetime | None = None,
+        utilization_known: bool = True,
     ) -> None:
         """Count one GPU reading's shares; `jobs` maps pods (namespace, name) to what they are
-        billed to (see `billed_to`). What it
-        adds per tenant, queue and flavor is summed for `take_sums()` (the metrics)."""
+        billed to (see `billed_to`). What it adds per tenant, queue and flavor is summed for
+        `take_sums()` (the metrics). Without `utilization_known` the shares' use is not counted."""
         policy = self.policy
         stats = self.stats
         ts = at.timestamp()
@@ -307,7 +298,7 @@ class Accountant:
                     stats.unknown_pod_shares += 1
             stats.shares += 1
             allocated = s.allocated_gpus * dt
-            used = s.used_gpus * dt
+            used = s.used_gpus * dt if utilization_known else 0.0
             cost = allocated * price_per_s
             row.allocated_gpu_s += allocated
             row.used_gpu_s += used
@@ -317,7 +308,10 @@ class Accountant:
             row.split = s.split
             row.last_at = at
             dirty[id(row)] = row
-            idle = self._idle(holding, row, s, ts, hour, dt)
+            if utilization_known:
+                idle = self._idle(holding, row, s, ts, hour, dt)
+            else:
+                idle = self._unknown(holding, row, ts)
             group = (row.tenant, row.queue, row.flavor)
             sums = self._sums.get(group)
             if sums is None:
@@ -362,6 +356,7 @@ class Accountant:
     ) -> float:
         """Idle GPU-seconds this reading makes count (the whole pending run when it reaches the window)."""
         policy = self.policy
+        holding.known = ts
         is_idle = s.allocated_gpus > 0 and s.used_gpus * 100.0 < policy.idle_below_pct * s.allocated_gpus
         run = holding.run
         if not is_idle:
@@ -382,6 +377,20 @@ class Accountant:
             return 0.0
         run.flagged = True
         return self._settle(run, row, credit=True)
+
+    def _unknown(self, holding: _Holding, row: UsageRow, ts: float) -> float:
+        """A reading without a utilisation: the idle run in progress is kept (its row still names it,
+        for a restart), unless no known utilisation came for longer than `max_gap_s`. Counts no idle."""
+        run = holding.run
+        if run is None:
+            return 0.0
+        known = holding.known if holding.known is not None else run.since
+        if ts - known > self.policy.max_gap_s:
+            holding.run = row.idle_run_since = None
+            self._settle(run, row, credit=False)
+        else:
+            row.idle_run_since = run.since
+        return 0.0
 
     def _settle(self, run: _Run, row: UsageRow, credit: bool) -> float:
         """The run's pending idle seconds leave their rows' `idle_pending_s`: counted as idle when

@@ -235,10 +235,8 @@ async def _account(t: Telemetry, readings: list[Reading], now: datetime) -> None
             log.info("PodResources available on every node again")
         t.attribution_problems = dict(attributed.problems)
     for gpu in attributed.gpus:
-        # a reading without its utilisation is not counted as 0% used (nor idle): its time goes to the
-        # holders' next known reading, up to the accountant's max gap (the GPU metrics count it)
-        if gpu.reading.utilization_known:
-            ledger.count(gpu.reading, gpu.shares, now)
+        # a reading without its utilisation still counts its allocation and cost, not as 0% used
+        ledger.count(gpu.reading, gpu.shares, now)
     await _publish_pod_usage(t.ctx, attributed.gpus, now, t.sample_interval_s)
     usage_metrics(t.ctx.metrics.registry).record(
         ledger.accountant.take_sums(), t.currency, ledger.accountant.stats, len(attributed.fallback_nodes)

@@ -69,13 +69,15 @@ class UsageLedger:
 
     def count(self, reading: Reading, shares: Sequence[Share], now: datetime | None) -> None:
         """Count one attributed reading (usage and cost) and observe each holder's use (rightsizing).
-        Runs for every reading: what it looks up per node is cached."""
+        Runs for every reading: what it looks up per node is cached. A reading without a utilisation
+        counts its allocation, memory and cost, and rightsizing leaves it out (its use is unknown)."""
         node = reading.node
         pricing = self._pricing.get(node) or self.pricing(node, reading.model)
         # a node clock too far off is clamped once, for the hours and the rightsizing windows alike
         at = reading.at if now is None else self.accountant.clamp(node, reading.at, now)
-        self.accountant.add(node, reading.gpu_uuid, at, shares, self.directory.refs(), pricing)
-        if not shares:
+        known = reading.utilization_known
+        self.accountant.add(node, reading.gpu_uuid, at, shares, self.directory.refs(), pricing, None, known)
+        if not shares or not known:
             return
         info = self.nodes.get(node)
         memory_total = reading.memory_total_mib or (

@@ -65,7 +65,7 @@ def test_another_tenants_object_is_refused_naming_the_field(make: Any, field: st
     assert error.field == field
     assert error.reason == (
         f"{kind} 'team-b-data' belongs to tenant 'team-b': in the namespace tenants share, a job may "
-        "name only its own tenant's PersistentVolumeClaims and ConfigMaps, whose names begin with 'team-a-'"
+        "name only its own tenant's objects, whose names begin with 'team-a-'"
     )
 
 

@@ -8,7 +8,8 @@ container names an image. Each error names its path from the job spec's root, e.
 
 A job's templates must also keep to what a namespace shared by tenants allows (`pod_security`): the
 Pod Security Standards' baseline, the default service account, no Secret references, and no other
-tenant's PersistentVolumeClaims or ConfigMaps.
+tenant's PersistentVolumeClaims, ConfigMaps, VolumeSnapshots or ResourceClaims (nor a volume filled
+from an object whose owner admission cannot tell).
 """
 
 from __future__ import annotations

@@ -9,8 +9,13 @@ extends another's (`team` and `team-b`), a name belongs to the longest that fits
 namespace) may be named by anyone.
 
 A template may name, by `volumes[].persistentVolumeClaim.claimName`, `volumes[].configMap.name`,
-`volumes[].projected.sources[].configMap.name`, `envFrom[].configMapRef.name` and
-`env[].valueFrom.configMapKeyRef.name`, only its own tenant's objects."""
+`volumes[].projected.sources[].configMap.name`, `envFrom[].configMapRef.name`,
+`env[].valueFrom.configMapKeyRef.name` and `resourceClaims[].resourceClaimName` (a ResourceClaim is
+devices, and state, that its pods share), only its own tenant's objects. An ephemeral volume's claim
+(`volumes[].ephemeral.volumeClaimTemplate.spec`) may be filled, by its `dataSource` or
+`dataSourceRef`, only from its own tenant's PersistentVolumeClaim (a clone) or VolumeSnapshot
+(`snapshot.storage.k8s.io`); a source of any other kind (a volume populator's object, whose owner
+admission cannot tell) or in another namespace is refused."""
 
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ from tessera.contracts.base import FieldError
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 ANYONES = frozenset({"kube-root-ca.crt"})
 """ConfigMaps every namespace holds, which any tenant may name."""
+DATA_SOURCES = {"": "PersistentVolumeClaim", "snapshot.storage.k8s.io": "VolumeSnapshot"}
+"""The API group of each kind a claim may be filled from, which the naming convention says whose it is."""
 
 
 def owner_of(name: str, tenants: Collection[str]) -> str | None:
@@ -38,8 +45,34 @@ def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def data_sources(spec: Mapping[str, Any], at: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(path, source) of each `dataSource` and `dataSourceRef` of the pod spec's ephemeral volumes."""
+    for i, volume in enumerate(_list(spec.get("volumes"))):
+        where = f"{at}.volumes[{i}].ephemeral.volumeClaimTemplate.spec"
+        claim = _map(_map(_map(_map(volume).get("ephemeral")).get("volumeClaimTemplate")).get("spec"))
+        for key in ("dataSource", "dataSourceRef"):
+            if claim.get(key) is not None:
+                yield f"{where}.{key}", _map(claim[key])
+
+
+def _source_kind(source: Mapping[str, Any]) -> str | None:
+    """The kind of a data source the naming convention tells the owner of, or None."""
+    kind = DATA_SOURCES.get(source.get("apiGroup") or "")
+    return kind if kind is not None and source.get("kind") == kind else None
+
+
 def _references(spec: Mapping[str, Any], at: str) -> Iterator[tuple[str, str, object]]:
-    """(path, kind, name) of each PersistentVolumeClaim and ConfigMap the pod spec names."""
+    """(path, kind, name) of each PersistentVolumeClaim, ConfigMap, VolumeSnapshot and ResourceClaim
+    the pod spec names."""
+    for path, source in data_sources(spec, at):
+        kind = _source_kind(source)
+        if kind is not None:
+            yield f"{path}.name", kind, source.get("name")
+    for i, claim in enumerate(_list(spec.get("resourceClaims"))):
+        claim = _map(claim)
+        yield f"{at}.resourceClaims[{i}].resourceClaimName", "ResourceClaim", claim.get("resourceClaimName")
+        name = _map(claim.get("source")).get("resourceClaimName")  # before Kubernetes 1.31
+        yield f"{at}.resourceClaims[{i}].source.resourceClaimName", "ResourceClaim", name
     for i, volume in enumerate(_list(spec.get("volumes"))):
         volume = _map(volume)
         where = f"{at}.volumes[{i}]"
@@ -67,15 +100,37 @@ def _references(spec: Mapping[str, Any], at: str) -> Iterator[tuple[str, str, ob
                     yield f"{where}.env[{k}].valueFrom.configMapKeyRef.name", "ConfigMap", name
 
 
+def _source_errors(spec: Mapping[str, Any], at: str, prefix: str) -> Iterator[FieldError]:
+    """A refusal for each ephemeral volume's data source that is in another namespace, or of a kind
+    whose owner the naming convention does not tell."""
+    for path, source in data_sources(spec, at):
+        if source.get("namespace") not in (None, ""):
+            yield FieldError(
+                field=f"{path}.namespace",
+                reason=f"must be unset: a job in the namespace tenants share may fill a volume only from "
+                f"its own tenant's objects there, and {source.get('namespace')!r} is another namespace",
+            )
+        if _source_kind(source) is None:
+            group = source.get("apiGroup")
+            of = f"API group {group!r}" if group else "the core API group"
+            yield FieldError(
+                field=f"{path}.kind",
+                reason=f"a {source.get('kind')!r} of {of} cannot fill a volume in the namespace tenants "
+                "share: admission cannot tell whose such an object is, so a volume may be filled only "
+                f"from a PersistentVolumeClaim, or a VolumeSnapshot of 'snapshot.storage.k8s.io', whose "
+                f"name begins with {prefix!r}",
+            )
+
+
 def foreign_object_errors(
     spec: Mapping[str, Any], at: str, tenant: str, tenants: Collection[str] = ()
 ) -> list[FieldError]:
-    """A refusal for each PersistentVolumeClaim or ConfigMap the pod spec (at path ``at``) names that
-    is not ``tenant``'s. ``tenants``: the other tenants known, so that a name fitting a longer one's
-    prefix goes to it."""
+    """A refusal for each object the pod spec (at path ``at``) names that is not ``tenant``'s, and for
+    each volume's data source whose owner cannot be told. ``tenants``: the other tenants known, so
+    that a name fitting a longer one's prefix goes to it."""
     known = {*tenants, tenant}
     prefix = f"{tenant}-"
-    errors = []
+    errors = list(_source_errors(spec, at, prefix))
     for path, kind, name in _references(spec, at):
         if not isinstance(name, str) or not name or (kind == "ConfigMap" and name in ANYONES):
             continue  # a missing name is the schema's to refuse
@@ -91,7 +146,7 @@ def foreign_object_errors(
             FieldError(
                 field=path,
                 reason=f"{kind} {name!r} {whose}: in the namespace tenants share, a job may name only its "
-                f"own tenant's PersistentVolumeClaims and ConfigMaps, whose names begin with {prefix!r}",
+                f"own tenant's objects, whose names begin with {prefix!r}",
             )
         )
     return errors

@@ -13,7 +13,7 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.api import PubAck
+from nats.js.api import DiscardPolicy, PubAck
 from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
 from sqlalchemy import MetaData, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -225,4 +225,24 @@ async def test_jetstream_answering_no_responders_or_503_for_a_while_counts_again
     stored = await read_stream(bus.nc.jetstream(), subjects.SUBMIT_JOB)
     assert Counter(e.id for e in stored) == {f"evt-restart-{i}": 1 for i in range(3)}
     async with bus.engine.connect() as conn:
+        assert (await conn.execute(select(dead_letters.c.seq))).all() == []
+
+
+async def test_a_full_stream_that_discards_new_counts_against_no_row(bus: Bus) -> None:
+    # A stream that refuses new messages once full (503, "maximum messages exceeded") takes one more
+    # each round, as room comes free: the rows it refuses are not at fault, though others went through.
+    js = bus.nc.jetstream()
+    stream = subjects.stream_name("admission")
+    config = (await js.stream_info(stream)).config
+    config.max_msgs, config.discard = 1, DiscardPolicy.NEW
+    await js.update_stream(config)
+    await fill(bus, [row(f"full-{i}") for i in range(5)])
+    relay = OutboxRelay(js, bus.sessions, outbox, Metrics(), asyncio.Event(), max_attempts=3)
+    published = []
+    for _ in range(5):  # max_attempts=3: were the refusals counted, the third round would doom two rows
+        await js.purge_stream(stream)  # room for one more
+        published.append(await relay.publish_batch_outcomes())
+    assert published == [(1, 4), (1, 3), (1, 2), (1, 1), (1, 0)]
+    async with bus.engine.connect() as conn:
+        assert (await conn.execute(select(outbox.c.seq))).all() == []
         assert (await conn.execute(select(dead_letters.c.seq))).all() == []

@@ -56,6 +56,8 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     nats.js.errors.ServiceUnavailableError,
     *_NO_RESPONDERS,
 )
+#: JetStream's error code for a message its stream would not store (full, with discard "new")
+_STREAM_STORE_FAILED = 10077
 #: subjects asked about per round at most, when nothing of the round went through
 _STREAM_LOOKUPS = 8
 #: what nats.py refuses before sending: the same row is refused the same way every time
@@ -79,9 +81,11 @@ class OutboxRelay:
     A failure counts against a row (`attempts`) only when it is the row's fault: NATS refused the
     row, or other rows of the round went through, or JetStream says no stream takes its subject. A
     timeout, "no responders" or a 503 alone say JetStream is away (a NATS node restarting), not that
-    the row is bad. After `max_attempts` such failures, or at once when the row can never fit in a
-    message, the row moves to the dead-letter table with the reason. A NATS or JetStream outage
-    counts against no row, however long it lasts.
+    the row is bad. A stream that refuses to store a message (full, discarding new ones) counts
+    against no row either, even when others of the round went through: the rows wait for room.
+    After `max_attempts` such failures, or at once when the row can never fit in a message, the row
+    moves to the dead-letter table with the reason. A NATS or JetStream outage counts against no
+    row, however long it lasts.
 
     Woken by a commit after the outbox drained, the relay lingers `linger_s` before its next round,
     so the commits of that moment go out as one batch (one lock, one delete and one commit for all)
@@ -379,9 +383,12 @@ class OutboxRelay:
 
 
 def _failure_kind(outcome: BaseException, any_acked: bool) -> str:
-    """'unpublishable' (never will be), 'row' (this row's fault: it counts), 'connection' (NATS away)."""
+    """'unpublishable' (never will be), 'row' (this row's fault: it counts), 'connection' (NATS away),
+    'stream_full' (the stream would not store it: never counted, the row waits for room)."""
     if isinstance(outcome, _UNSENDABLE) or is_permanent(outcome):
         return "unpublishable"
+    if isinstance(outcome, nats.js.errors.APIError) and outcome.err_code == _STREAM_STORE_FAILED:
+        return "stream_full"  # the stream's limits, whoever else went through: the row waits for room
     if isinstance(outcome, _UNAVAILABLE):  # slow or away: the row's fault only if others went through
         return "row" if any_acked else "connection"
     if isinstance(outcome, _CONNECTION_ERRORS):  # _NotSent among them

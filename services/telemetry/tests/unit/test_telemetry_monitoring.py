@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from tessera.contracts.events import GpuInventory, NodeInventory
+from tessera.telemetry.bootstrap import make_monitor
+from tessera.telemetry.config import TelemetrySettings, UsageSettings
 from tessera.telemetry.domain.health import BecameUnhealthy, Fault, HealthPolicy, HealthTracker, Recovered
 from tessera.telemetry.domain.idle import BecameIdle, IdleEnded, IdlePolicy, IdleTracker
 from tessera.telemetry.domain.model import Reading, with_health
@@ -142,19 +144,38 @@ def test_unheld_or_unknown_gpus_are_never_idle() -> None:
     assert tracker.idle() == set()
 
 
-def test_readings_without_a_utilisation_neither_make_nor_keep_an_idle_stretch() -> None:
+UNKNOWN = {"utilization_pct": 0.0, "utilization_known": False}
+
+
+def test_readings_without_a_utilisation_neither_make_an_idle_stretch_nor_keep_one_long() -> None:
     """A reading whose source had no utilisation (utilization_pct 0.0, unknown) is not a low one."""
-    tracker = IdleTracker(IdlePolicy(idle_after_s=20))
-    unknown = {"utilization_pct": 0.0, "utilization_known": False}
-    assert [tracker.observe(reading(at=at(t), **unknown)) for t in (0, 10, 20, 30)] == [None] * 4
+    tracker = IdleTracker(IdlePolicy(idle_after_s=100, max_unknown_s=30))
+    assert [tracker.observe(reading(at=at(t), **UNKNOWN)) for t in (0, 10, 20, 30)] == [None] * 4
     assert tracker.idle() == set()
     assert tracker.observe(reading(at=at(40), utilization_pct=1.0)) is None  # a stretch starts at 40
-    assert tracker.observe(reading(at=at(50), **unknown)) is None  # and is broken: unknown in between
-    assert tracker.observe(reading(at=at(60), utilization_pct=1.0)) is None  # starts again at 60
-    idle = tracker.observe(reading(at=at(80), utilization_pct=1.0))
-    assert isinstance(idle, BecameIdle) and idle.idle_since == at(60)
-    assert tracker.observe(reading(at=at(90), **unknown)) is None  # reported idle stays so
+    for t in (50, 60, 70, 80):  # and is broken: no utilisation for more than 30 s
+        assert tracker.observe(reading(at=at(t), **UNKNOWN)) is None
+    assert [tracker.observe(reading(at=at(t), utilization_pct=1.0)) for t in (90, 140)] == [None, None]
+    idle = tracker.observe(reading(at=at(190), utilization_pct=1.0))
+    assert isinstance(idle, BecameIdle) and idle.idle_since == at(90)  # it started again at 90
+    assert tracker.observe(reading(at=at(500), **UNKNOWN)) is None  # reported idle stays so
     assert tracker.idle() == {"GPU-0"}
+
+
+def test_the_service_keeps_an_idle_stretch_through_unknown_readings_as_long_as_usage_bridges_a_gap() -> None:
+    settings = TelemetrySettings(sample_interval_s=5.0, usage=UsageSettings(max_gap_s=45.0))
+    assert make_monitor(settings).idle.policy.max_unknown_s == 45.0
+
+
+def test_an_idle_stretch_goes_on_through_an_occasional_reading_without_a_utilisation() -> None:
+    """An exporter writing NaN once in a while does not keep an idle GPU from being reported."""
+    tracker = IdleTracker(IdlePolicy(idle_after_s=600, max_unknown_s=30))
+    changes = [
+        tracker.observe(reading(at=at(t), **(UNKNOWN if t % 300 == 150 else {"utilization_pct": 1.0})))
+        for t in range(0, 610, 10)
+    ]
+    assert [c for c in changes if c is not None] == [changes[-1]]
+    assert isinstance(changes[-1], BecameIdle) and changes[-1].idle_since == at(0)
 
 
 def test_idle_policy_thresholds_must_be_ordered() -> None:

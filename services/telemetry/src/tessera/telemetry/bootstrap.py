@@ -67,8 +67,11 @@ def make_process_resolver(settings: TelemetrySettings, node: str) -> ProcessReso
 
 
 def make_monitor(settings: TelemetrySettings) -> Monitor:
+    # an idle stretch goes on through readings without a utilisation as long as usage bridges a gap
+    max_unknown_s = max(settings.usage.max_gap_s, settings.sample_interval_s)
     return Monitor.with_policies(
-        HealthPolicy(**settings.health.model_dump()), IdlePolicy(**settings.idle.model_dump())
+        HealthPolicy(**settings.health.model_dump()),
+        IdlePolicy(**settings.idle.model_dump(), max_unknown_s=max_unknown_s),
     )
 
 

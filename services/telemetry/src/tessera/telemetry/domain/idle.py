@@ -5,8 +5,9 @@ once. It is busy again only above ``busy_above_pct`` (hysteresis: a GPU hovering
 is not reported over and over), or when the pods holding it change or let it go.
 
 A reading without a utilisation (`Reading.utilization_known` False) is neither low nor high: it does
-not start or extend an idle stretch, and a stretch not yet reported starts again at the next known
-low reading. A GPU already reported idle stays so until a known reading says otherwise.
+not start an idle stretch, and one in progress goes on through it, unless no known utilisation came
+for longer than ``max_unknown_s``: a stretch not yet reported then starts again at the next known low
+reading. A GPU already reported idle stays so until a known reading says otherwise.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ class IdlePolicy:
     idle_below_pct: float = 5.0
     busy_above_pct: float = 15.0
     idle_after_s: float = 600.0
+    #: a stretch not yet reported goes on through readings without a utilisation for this long at most
+    max_unknown_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.busy_above_pct < self.idle_below_pct:
@@ -53,6 +56,8 @@ class _GpuIdle:
     utilisation_sum: float = 0.0
     readings: int = 0
     reported: bool = False
+    #: the last reading with a utilisation
+    known_at: datetime | None = None
 
 
 @dataclass
@@ -75,7 +80,9 @@ class IdleTracker:
             return self._end(uuid, reading.at)
         if not reading.utilization_known:
             if state is not None and not state.reported:
-                del self._gpus[uuid]
+                known_at = state.known_at or state.since
+                if reading.at - known_at > timedelta(seconds=self.policy.max_unknown_s):
+                    del self._gpus[uuid]
             return None
         if state is None:
             if reading.utilization_pct >= self.policy.idle_below_pct:
@@ -83,6 +90,7 @@ class IdleTracker:
             state = self._gpus[uuid] = _GpuIdle(pods, reading.at)
         elif reading.utilization_pct > self.policy.busy_above_pct:
             return self._end(uuid, reading.at)
+        state.known_at = reading.at
         state.utilisation_sum += reading.utilization_pct
         state.readings += 1
         if not state.reported and reading.at - state.since >= timedelta(seconds=self.policy.idle_after_s):

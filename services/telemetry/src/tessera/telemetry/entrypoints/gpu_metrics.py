@@ -33,7 +33,7 @@ class GpuMetrics:
         self.utilization_unknown = Counter(
             "tessera_gpu_utilization_unknown_readings",
             "Readings whose source had no utilisation (dcgm-exporter's NaN): the utilisation gauge is "
-            "NaN, and idle detection and usage leave them out",
+            "NaN, and idle detection and usage count them as neither used nor idle",
             _LABELS,
             registry=registry,
         )

@@ -126,3 +126,28 @@ async def test_submission_refuses_another_known_tenants_claim(uow: Any) -> None:
     assert "belongs to tenant 'team-b'" in refused.errors[0].reason
     assert (accepted.state, accepted.errors) == ("queued", [])
     assert (adopted.state, adopted.errors) == ("queued", []), "a user's own workload is not held to it"
+
+
+async def test_whose_a_name_is_depends_on_the_tenants_known_at_submission(uow: Any) -> None:
+    """The limitation the README states: `team-b`'s names are safe from `team` only once admission
+    knows `team-b`, and from then on `team`'s jobs naming them are refused."""
+    uow.configure(
+        {
+            "flavors": [{"name": "a100"}],
+            "queues": [{"name": "q", "quotas": [{"flavor": "a100", "resources": {"gpu": 4}}]}],
+            "tenant_queues": [{"tenant": "team", "queue": "q"}],
+        }
+    )
+    spec = a_job("j").tenant("team").group(gpus=1).as_dict()
+    spec["pod_groups"][0]["template"] = pvc("team-b-data")
+    async with uow:
+        before = await submit_job(spec, uow, "j1", templates_required=True)
+        uow.fake_tokens.by_hash["h"] = TokenRecord(
+            "t1", "team-b", admin=False, created_at=NOW, revoked_at=NOW
+        )
+        after = await submit_job(spec, uow, "j2", templates_required=True)
+        await uow.commit()
+    assert (before.state, before.errors) == ("queued", []), "team-b unknown: the name fits team"
+    assert [e.reason.split(":")[0] for e in after.errors] == [
+        "PersistentVolumeClaim 'team-b-data' belongs to tenant 'team-b'"
+    ], "a revoked token still makes its tenant known"

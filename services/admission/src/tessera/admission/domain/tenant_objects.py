@@ -1,5 +1,5 @@
-"""Which PersistentVolumeClaims and ConfigMaps a job's pod template may name in the namespace that
-tenants share. Pure.
+"""Which PersistentVolumeClaims, ConfigMaps, VolumeSnapshots and ResourceClaims a job's pod template
+may name in the namespace that tenants share. Pure.
 
 Every tenant's jobs run in that one namespace, so a template could mount another tenant's volume or
 read its configuration. By convention an object there belongs to the tenant whose name, followed by
@@ -7,6 +7,13 @@ read its configuration. By convention an object there belongs to the tenant whos
 extends another's (`team` and `team-b`), a name belongs to the longest that fits: `team-b-data` is
 `team-b`'s, not `team`'s. The cluster's own `kube-root-ca.crt` (the cluster's CA, in every
 namespace) may be named by anyone.
+
+The tenants known (by tenant queues and tokens, at submission) decide this, so a tenant admission
+does not know is not protected from one whose name its own extends (`team` may name `team-b-data`
+while `team-b` is unknown), and a tenant made known later makes such a name refused from then on.
+Refusing every name with a further `-` instead would refuse `team-my-data`; the README tells
+operators to make a tenant known before making its objects, or to choose names that do not extend
+one another.
 
 A template may name, by `volumes[].persistentVolumeClaim.claimName`, `volumes[].configMap.name`,
 `volumes[].projected.sources[].configMap.name`, `envFrom[].configMapRef.name`,

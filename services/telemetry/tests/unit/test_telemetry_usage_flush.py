@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from tessera.telemetry.domain.attribution import DeviceGrant, Holder, HolderCache, split_reading
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.model import Reading
@@ -195,3 +197,28 @@ async def test_an_idle_run_that_ended_before_a_restart_is_not_continued_by_it() 
     idle(restarted, H0 + timedelta(minutes=6, seconds=40), 50)  # idle again: 8 minutes and 20 s
     await flush_usage(lambda: uow, restarted, H0 + timedelta(minutes=16))
     assert stored.idle_gpu_s == 0 and stored.idle_pending_s == 500.0
+
+
+async def test_idle_seconds_pending_in_an_hour_that_closed_while_the_service_was_down_are_credited() -> None:
+    """Idle from 22:57:30 to 23:01, the service down until 23:15 (22:00 closes meanwhile), idle on: the
+    run is over the 10-minute window, so its seconds in 22:00 count as well, as they do without a
+    restart (into the open hour: the closed one is not written again). A stale row of an earlier run
+    adds nothing."""
+    ledger, uow = a_ledger(), FakeUsageUnitOfWork()
+    idle(ledger, H0 - timedelta(minutes=30), 6)  # 21:30, a run ended short (its row made stale below)
+    count(ledger, H0 - timedelta(minutes=29), 60)
+    idle(ledger, H0 + timedelta(minutes=58), 18)
+    await flush_usage(lambda: uow, ledger, H0 + timedelta(minutes=61))
+    uow.usage_store.rows = {k: replace(r) for k, r in uow.usage_store.rows.items()}
+    stale = uow.usage_store.rows[next(k for k in uow.usage_store.rows if k.window_start < H0)]
+    stale.idle_run_since, stale.idle_pending_s = (H0 - timedelta(minutes=30)).timestamp(), 50.0
+    pending = {r.key.window_start: r.idle_pending_s for r in uow.usage_store.rows.values()}
+    assert pending == {H0 - timedelta(hours=1): 50.0, H0: 140.0, H0 + timedelta(hours=1): 60.0}
+
+    restarted, given_all = a_ledger(), a_ledger()
+    assert await restore_usage(uow, restarted, H0 + timedelta(minutes=75), None) == 1  # 23:00 only
+    given_all.accountant.restore([replace(r) for r in uow.usage_store.rows.values()], H0 + timedelta(hours=1))
+    for ledger in (restarted, given_all):
+        idle(ledger, H0 + timedelta(minutes=75), 1)
+        (row,) = ledger.accountant.rows.values()
+        assert row.idle_gpu_s == pytest.approx(140.0 + 60.0 + 30.0)  # 22:00's, 23:00's, this reading's

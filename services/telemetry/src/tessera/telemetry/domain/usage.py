@@ -181,29 +181,33 @@ class Accountant:
     def restore(self, rows: Iterable[UsageRow], closed_before: datetime | None) -> None:
         """Continue from stored rows of the open hours (after a restart): their totals, the last
         reading each counted and the idle run in progress then; readings before `closed_before` are
-        late."""
+        late. Rows of closed hours given too add only their idle seconds pending in that run."""
         self._forget_rows()
+        self._close_before(closed_before)
         latest: dict[tuple[str, str, str, str], UsageRow] = {}
-        pending: dict[tuple[str, str, str, str], dict[datetime, float]] = {}
+        pending: dict[tuple[str, str, str, str], dict[datetime, tuple[float, float]]] = {}
         for row in rows:
-            self.rows[row.key] = row
             k = row.key
             run_key = (k.gpu_uuid, k.namespace, k.pod, k.container)
+            if row.idle_pending_s > 0 and row.idle_run_since is not None:
+                pending.setdefault(run_key, {})[k.window_start] = (row.idle_run_since, row.idle_pending_s)
+            if k.window_start.timestamp() < self._closed_ts:
+                continue
+            self.rows[k] = row
             holding = self._holding(run_key)
             last = row.last_at.timestamp() if row.last_at is not None else None
             if last is not None and (holding.last is None or holding.last < last):
                 holding.last = last
                 latest[run_key] = row
-            if row.idle_pending_s > 0:
-                pending.setdefault(run_key, {})[k.window_start] = row.idle_pending_s
         for run_key, row in latest.items():
             holding = self._holdings[run_key]
-            if row.idle_run_since is not None and holding.last is not None:
-                flagged = holding.last - row.idle_run_since >= self.policy.idle_window_s
-                waiting = {} if flagged else pending.get(run_key, {})
-                holding.run = _Run(row.idle_run_since, waiting, flagged)
+            since = row.idle_run_since
+            if since is not None and holding.last is not None:
+                flagged = holding.last - since >= self.policy.idle_window_s
+                mine = pending.get(run_key, {}).items()  # a stale row of an earlier run is not its
+                waiting = {} if flagged else {h: s for h, (of, s) in mine if of == since}
+                holding.run = _Run(since, waiting, flagged)
                 holding.known = holding.last
-        self._close_before(closed_before)
 
     def _holding(self, run_key: tuple[str, str, str, str]) -> _Holding:
         found = self._holdings.get(run_key)

@@ -219,10 +219,12 @@ async def restore_usage(
     """After a restart: the directory, the open hours' rows and the open rightsizing findings. The
     hours that were open when the service stopped and have closed since are rolled into their days
     (the last two stored before the open ones: an hour closes `hold_s` after it ends), and that is
-    committed."""
+    committed. The closed hours an idle run in progress may have begun in are read too, for the idle
+    seconds the run holds there. Returns how many open hours' rows were restored."""
     ledger.directory = await uow.directory.load()
-    boundary = hour_of(now - timedelta(seconds=ledger.accountant.policy.hold_s))
-    rows = await uow.usage.rows_since(boundary, nodes)
+    policy = ledger.accountant.policy
+    boundary = hour_of(now - timedelta(seconds=policy.hold_s))
+    rows = await uow.usage.rows_since(hour_of(boundary - timedelta(seconds=policy.idle_window_s)), nodes)
     ledger.accountant.restore(rows, boundary)
     for gpu_uuid, namespace, pod, container, kind in await uow.rightsizing.open_findings():
         ledger.rightsizing.seed_reported(gpu_uuid, namespace, pod, container, FindingKind(kind))
@@ -230,7 +232,7 @@ async def restore_usage(
     if latest is not None:
         await uow.usage.rollup_days(days_of_hours([latest - timedelta(hours=1), latest]))
         await uow.commit()
-    return len(rows)
+    return len(ledger.accountant.rows)
 
 
 # ---- consumers of admission's and the scheduler's events ------------------------------------------

@@ -64,7 +64,6 @@ class ConsumerRunner(PullLoop[UowT]):
         self.dlq_subject = subjects.dead_letter(service, spec.name)
         self.stream = subjects.stream_name(spec.stream_owner)
         self._failures = RateLimitedLog(log)
-        self._unsettled, self._highest_delivered = set(), 0
         self._dead_letters = DeadLetterPublish(
             js,
             self.dlq_subject,
@@ -259,7 +258,6 @@ class ConsumerRunner(PullLoop[UowT]):
     async def _settle(self, msg: Msg, envelope: Envelope, outcome: str | BaseException) -> None:
         if isinstance(outcome, str):
             await msg.ack()
-            self._settled(msg)
             self.metrics.messages.labels(self.spec.name, outcome).inc()
             return
         if isinstance(outcome, PermanentError):
@@ -351,7 +349,6 @@ class ConsumerRunner(PullLoop[UowT]):
         if not await self._dead_letters.publish(msg, body, copy_headers, deliveries_left=deliveries_left):
             return  # kept: redelivered, or held and retried; terminated once its copy is stored
         await msg.term()
-        self._settled(msg)
         self.metrics.dead_letters.labels(self.spec.name, kind).inc()
         log.error(
             "message dead-lettered",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Generic
@@ -31,6 +32,11 @@ GONE_CODES = frozenset({404, 409, 503})
 FAILED_FETCHES_BEFORE_RESUBSCRIBING = 3
 #: the longest wait between two resubscriptions in a row that did not bring a fetch back
 LONGEST_RESUBSCRIBE_WAIT_S = 5.0
+#: how often at most a running consumer reads its durable consumer's ack floor, where the durable
+#: consumer starts if it must be created again
+ACK_FLOOR_REFRESH_S = 5.0
+#: how long a read of the ack floor may hold up the loop (NATS away: the last one read stands)
+ACK_FLOOR_READ_TIMEOUT_S = 2.0
 
 EnsureStream = Callable[[], Awaitable[None]]
 
@@ -46,43 +52,57 @@ class PullLoop(Generic[UowT]):
     ensure_stream: EnsureStream | None
     """creates (or brings to its limits) the stream when this service owns it; None otherwise"""
     _failures: RateLimitedLog
-    _unsettled: set[int]
-    """stream sequences delivered and not yet acked or terminated (nak'd ones, say)"""
-    _highest_delivered: int
     _stream_created: datetime | None = None
     """when the stream this runner read was created: another one is read from its start"""
+    _resume_from: int | None = None
+    """Where a durable consumer created again starts: just above the durable consumer's ack floor
+    when last read (every message below it settled, by any replica reading it), so no message
+    that is not settled (nak'd, or in flight in another replica) is skipped, and only those
+    settled since the last read (seconds) are delivered again, which the inbox drops. None: from
+    the stream's start. It belongs to the stream created at `_stream_created`."""
+    _floor_read_at: float | None = None
+    _floor_stale: bool = False
+    """messages were delivered since the ack floor was last read"""
 
     async def handle_batch(self, msgs: list[Msg]) -> None:
         raise NotImplementedError
 
-    def _delivered(self, msgs: list[Msg]) -> None:
-        for msg in msgs:
-            sequence = msg.metadata.sequence.stream
-            self._unsettled.add(sequence)
-            self._highest_delivered = max(self._highest_delivered, sequence)
+    async def _read_ack_floor(self, sub: JetStreamContext.PullSubscription) -> None:
+        """Read the durable consumer's ack floor (`_resume_from`); the last one read stands when it
+        cannot be read (the durable consumer gone, or NATS away)."""
+        self._floor_read_at, self._floor_stale = time.monotonic(), False
+        try:
+            info = await asyncio.wait_for(sub.consumer_info(), ACK_FLOOR_READ_TIMEOUT_S)
+        except Exception:
+            return
+        floor = info.ack_floor.stream_seq if info.ack_floor is not None else None
+        self._resume_from = floor + 1 if floor else None
 
-    def _settled(self, msg: Msg) -> None:
-        self._unsettled.discard(msg.metadata.sequence.stream)
-
-    def _resume_from(self) -> int | None:
-        """Where a durable consumer created again starts: at the first message this one has not
-        settled, so nothing it handled is delivered again (the inbox keeps ids only for a while)
-        and nothing it had not finished is skipped. None before any delivery: from the start."""
-        if self._unsettled:
-            return min(self._unsettled)
-        return self._highest_delivered + 1 if self._highest_delivered else None
+    async def _read_ack_floor_if_due(self, sub: JetStreamContext.PullSubscription, *, idle: bool) -> None:
+        """Read the ack floor on the first idle fetch after deliveries, and every few seconds at
+        most while busy: one request per consumer then, none while nothing comes."""
+        if not self._floor_stale:
+            return
+        if (
+            idle
+            or self._floor_read_at is None
+            or time.monotonic() - self._floor_read_at >= ACK_FLOOR_REFRESH_S
+        ):
+            await self._read_ack_floor(sub)
 
     async def _subscribe(self) -> JetStreamContext.PullSubscription:
         """Bind to the durable consumer, creating it when it is not there (from the stream's start,
-        or where this runner left off when it was there before), once its stream is there."""
+        or above its ack floor when it was there before), once its stream is there."""
         stream = subjects.stream_name(self.spec.stream_owner)
         delay = 0.2
         while not self.stop.is_set():
             try:
                 info = await self.js.stream_info(stream)
-                resume_from = self._resume_from()
-                if info.created != self._stream_created or info.state.last_seq + 1 < (resume_from or 0):
-                    resume_from = None  # a stream created anew (or restored): read it all
+                if info.created != self._stream_created:
+                    self._resume_from = None  # a stream created anew: read it all
+                resume_from = self._resume_from
+                if info.state.last_seq + 1 < (resume_from or 0):
+                    resume_from = None  # a stream restored from before: read it all
                 config = ConsumerConfig(
                     durable_name=self.spec.name,
                     ack_policy=AckPolicy.EXPLICIT,
@@ -101,6 +121,7 @@ class PullLoop(Generic[UowT]):
                     config=config,
                 )
                 self._stream_created = info.created
+                await self._read_ack_floor(sub)
                 self.subscribed.set()
                 return sub
             except NotFoundError:
@@ -133,6 +154,7 @@ class PullLoop(Generic[UowT]):
             except TimeoutError:
                 failed = resubscribed = 0
                 self.metrics.consumer_lag.labels(self.spec.name).set(0)
+                await self._read_ack_floor_if_due(sub, idle=True)
                 continue
             except Exception as exc:
                 if self.stop.is_set():
@@ -150,7 +172,7 @@ class PullLoop(Generic[UowT]):
                     await asyncio.sleep(0.5)
                 continue
             failed = resubscribed = 0
-            self._delivered(msgs)
+            self._floor_stale = True
             try:
                 await self.handle_batch(msgs)
             except Exception as exc:
@@ -163,6 +185,7 @@ class PullLoop(Generic[UowT]):
                     exc_info=True,
                 )
                 await asyncio.sleep(0.5)
+            await self._read_ack_floor_if_due(sub, idle=False)
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
 

@@ -17,16 +17,65 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tessera.cluster.cache import pod_key
 from tessera.cluster.conventions.names import JOB_ID_LABEL
 from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
-from tessera.cluster.domain.requirements import PodRef
+from tessera.cluster.domain.requirements import Pod, PodRef
 from tessera.cluster.port import AlreadyBound, Cluster, ClusterError, NotFound
 from tessera.scheduler.domain.plugins.reserve import BindError
 from tessera.scheduler.domain.snapshot import Allocation
 
 log = logging.getLogger(__name__)
 
-__all__ = ["JOB_ID_LABEL", "ClusterBinder", "InventoryBinder"]
+__all__ = ["JOB_ID_LABEL", "ClusterBinder", "Evictions", "InventoryBinder"]
+
+Asked = tuple[str, str]  # a pod's key and uid
+
+
+class Evictions:
+    """The pods the scheduler asked to evict, by key and uid, until they are seen going (being
+    deleted, ended, gone) or their eviction is refused. An eviction the API accepted shows on the
+    watch only later; meanwhile the pod still looks bound by our bind, and must not rejoin a gang.
+    ``uid_of`` gives the uid of the pod of a key as the watches see it (None: no such pod);
+    ``on_refused`` is told the key of a pod whose eviction was refused (it may rejoin its gang now,
+    though no watch event of it may come for a while)."""
+
+    def __init__(
+        self,
+        uid_of: Callable[[str], str | None] = lambda _: None,
+        on_refused: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self._uid_of = uid_of
+        self._on_refused = on_refused
+        self._asked: set[Asked] = set()
+
+    def asked(self, pod: str) -> Asked | None:
+        """The scheduler asks to evict ``pod``: noted under its current uid, which is returned."""
+        uid = self._uid_of(pod)
+        if uid is None:
+            return None
+        self._asked.add((pod, uid))
+        return pod, uid
+
+    def refused(self, asked: Asked | None) -> None:
+        """The eviction was refused (a disruption budget, throttling, no answer): the pod stays."""
+        if asked is not None and asked in self._asked:
+            self._asked.discard(asked)
+            self._on_refused(asked[0])
+
+    def pending(self, pod: Pod) -> bool:
+        """Whether ``pod`` is one the scheduler asked to evict and has not been seen going yet; one
+        seen going (being deleted, ended) is forgotten."""
+        asked = (pod_key(pod), pod.uid)
+        if pod.deleting or pod.terminated:
+            self._asked.discard(asked)
+        return asked in self._asked
+
+    def gone(self, pod: Pod | Asked | None) -> None:
+        """``pod`` is gone from the cluster."""
+        if isinstance(pod, Pod):
+            pod = pod_key(pod), pod.uid
+        self._asked.discard(pod)
 
 
 @dataclass
@@ -54,8 +103,10 @@ class ClusterBinder:
         loop: asyncio.AbstractEventLoop,
         uuids: Callable[[str], Mapping[int, str]],
         timeout_s: float = 30.0,
+        evictions: Evictions | None = None,
     ) -> None:
         self.cluster = cluster
+        self.evictions = evictions if evictions is not None else Evictions()
         self.loop = loop
         self.uuids = uuids
         self.timeout_s = timeout_s
@@ -103,7 +154,7 @@ class ClusterBinder:
             return None
 
     def evict(self, allocation: Allocation) -> None:
-        call = self._evict(allocation.pod)
+        call = self._evict(allocation.pod, self.evictions.asked(allocation.pod))
         if self._on_loop():
             # A rebuild or a watch event broke a gang on the loop itself: evict in the background.
             task = self.loop.create_task(call)
@@ -115,12 +166,13 @@ class ClusterBinder:
         except TimeoutError:
             log.warning("eviction got no answer in time", extra={"pod": allocation.pod})
 
-    async def _evict(self, pod: str) -> None:
+    async def _evict(self, pod: str, asked: Asked | None) -> None:
         try:
             await self.cluster.evict(PodRef.parse(pod), grace_period_seconds=0)
         except NotFound:
-            pass
+            self.evictions.gone(asked)
         except (ClusterError, OSError, TimeoutError) as error:
+            self.evictions.refused(asked)
             # The pod keeps running; it is found bound below quorum at the next rebuild and evicted again.
             log.warning("eviction failed", extra={"pod": pod, "error": str(error)})
 

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from tessera.contracts.events import DemandChanged
 from tessera.contracts.jobs import JobSpec
-from tessera.scheduler.adapters.kube import ClusterBinder, InventoryBinder
+from tessera.scheduler.adapters.kube import ClusterBinder, Evictions, InventoryBinder
 from tessera.scheduler.domain.gang.assembly import Assembly
 from tessera.scheduler.domain.gang.scheduler import GangOutcome
 from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
@@ -32,3 +32,6 @@ class EngineState:
     # and when the typical workload it expects was last learnt from the placements.
     fragmentation: FragmentationScore | None = None
     workload_learnt_at: float | None = None
+    # The pods the scheduler asked to evict, not yet seen going: they rejoin no gang (the cluster
+    # side's, kept across rebuilds).
+    evictions: Evictions = field(default_factory=Evictions)

@@ -25,7 +25,7 @@ from tessera.cluster.domain import Pod
 from tessera.contracts.jobs import JobSpec
 from tessera.core.observability.tracing import tracer
 from tessera.scheduler.adapters.cluster_side import ClusterSide
-from tessera.scheduler.adapters.kube import JOB_ID_LABEL, ClusterBinder, InventoryBinder
+from tessera.scheduler.adapters.kube import JOB_ID_LABEL, ClusterBinder, Evictions, InventoryBinder
 from tessera.scheduler.adapters.repository import JOB, PODGROUP, PendingGang, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings, WorkloadProfileSettings
 from tessera.scheduler.domain.framework.cluster_view import node_info
@@ -116,6 +116,7 @@ async def rebuild(
             inventory_stamp=stamp,
             fragmentation=fragmentation,
             workload_learnt_at=now,
+            evictions=cluster.evictions if cluster is not None else Evictions(),
         )
         with steps("recover"):
             state.recovered = recover_gangs(state, pending.rows, bound, recorded, now)
@@ -239,7 +240,9 @@ def adopt_cluster_pods(
     The first are members of a gang being rebuilt that carry the assignment our binds write; a pod
     with a job's id is a member only in the job's namespaces (:func:`~.gangs.job_namespaces`), as
     on the watches. The second are pods of other schedulers, and pods of ours that someone else
-    bound (no member, or no assignment), but for those being deleted: the scheduler let them go."""
+    bound (no member, or no assignment), and pods of ours the scheduler asked to evict that do not
+    show going yet (:class:`~tessera.scheduler.adapters.kube.Evictions`), but for those being deleted: the
+    scheduler let them go."""
     adopted: list[Allocation] = []
     held: list[Pod] = []
     for pod in cluster.cache.pods.store.values():
@@ -253,7 +256,7 @@ def adopt_cluster_pods(
             continue
         gang = _gang_of(pod, gangs, specs, jobs_namespace)
         allocation = _cluster_allocation(pod, gang, uuids.get(pod.node_name or "", {})) if gang else None
-        if allocation is not None:
+        if allocation is not None and not cluster.evictions.pending(pod):
             adopted.append(allocation)
         elif not pod.deleting:
             held.append(pod)
@@ -288,7 +291,13 @@ def binding_port(
     if cluster is None:
         return InventoryBinder()
     loop = asyncio.get_running_loop()
-    return ClusterBinder(cluster.cluster, loop, lambda node: uuids.get(node, {}), settings.bind_timeout_s)
+    return ClusterBinder(
+        cluster.cluster,
+        loop,
+        lambda node: uuids.get(node, {}),
+        settings.bind_timeout_s,
+        evictions=cluster.evictions,
+    )
 
 
 def fragmentation_score(

@@ -11,7 +11,9 @@ its gang) unless it carries the assignment our own bind writes, naming its node
 (:func:`~.bound_pods.our_bind`): a bind that timed out but landed, a member whose eviction after a
 rollback was refused, a bind of an earlier leader landing late. Such a pod rejoins its live gang as
 a placed member (:meth:`WatchState.adopt`) or, its gang gone, holds what it uses and is evicted
-again (:meth:`WatchState.let_go`).
+again (:meth:`WatchState.let_go`). A pod the scheduler asked to evict is no member of any gang
+until it is seen going or its eviction is refused (:class:`~tessera.scheduler.adapters.kube.Evictions`):
+the watch shows an accepted eviction only later.
 """
 
 from __future__ import annotations
@@ -192,6 +194,8 @@ class WatchState:
         pod = event.object
         key = pod_key(pod)
         ended = event.type is EventType.DELETED or pod.terminated
+        if event.type is EventType.DELETED:
+            self.state.evictions.gone(pod)
         cache, scheduler = self.state.assembly.cache, self.state.assembly.scheduler
         held = cache.allocation(key)
         if (ended or pod.deleting) and scheduler.not_placed(key):
@@ -210,7 +214,7 @@ class WatchState:
         # bound by our bind and held for no gang, as the pod is now (its event may be stale): the
         # refresh adopts it; one gone or going since is left to its later events
         current = self.cluster.cache.pods.store.get(key) if our_bind(pod) and not ended else None
-        if current is not None and adoptable(cache, current):
+        if current is not None and self.adoptable(current):
             outcomes = await self.refresh(repo, current) if self.live(current) else []
             if cache.allocation(key) is None:
                 self.let_go(current)  # its gang is gone, or did not take it
@@ -227,6 +231,16 @@ class WatchState:
         if unplaced and ours and (pod.labels.get(JOB_ID_LABEL) or ended or pod.deleting or _ours(pod)):
             return await self.refresh(repo, pod)
         return []
+
+    def adoptable(self, pod: Pod) -> bool:
+        """A pod to adopt (:func:`~.bound_pods.adoptable`) that the scheduler is not evicting: an
+        eviction the API accepted shows on the watch only later, and the pod then dies."""
+        return adoptable(self.state.assembly.cache, pod) and not self.state.evictions.pending(pod)
+
+    def member(self, pod: Pod) -> bool:
+        """Whether a pod of a gang's counts as its member: not bound by someone else, and not one
+        the scheduler is evicting (it goes; its controller makes another)."""
+        return not bound_by_others(self.state.assembly.cache, pod) and not self.state.evictions.pending(pod)
 
     def _moved(self, pod: Pod, held: Allocation) -> bool:
         """Whether a bound pod is not where the cache holds it: another node or, as our bind's
@@ -324,18 +338,17 @@ class WatchState:
         info, spec = state.gangs.get(job_id), state.specs.get(job_id)
         if info is None or info.source != JOB or spec is None:
             return []  # not admitted (yet, or any more): its pods wait for admission
-        cache = state.assembly.cache
         members = [
             pod
             for pod in admitted_members(
                 self.cluster.cache.pods.store.values(), job_id, spec, self.settings.namespace
             )
-            if not bound_by_others(cache, pod)
+            if self.member(pod)
         ]
         # members that went before a node was found leave the gang (kept if placed; the controller
         # makes a replacement, which joins as a new member)
         state.assembly.scheduler.members_gone(job_id, {pod_key(pod) for pod in members})
-        found = [pod for pod in members if adoptable(cache, pod)]
+        found = [pod for pod in members if self.adoptable(pod)]
         if not found and not any(not pod.bound for pod in members):
             return []
         info.groups.update({pod_key(pod): member_group(pod) for pod in members})
@@ -350,9 +363,8 @@ class WatchState:
         cache = self.cluster.cache
         found = native_of(cache.pods.store, cache.pod_groups.store, group_key)
         state = self.state
-        held = state.assembly.cache
         if found is not None:
-            found = found[0], [pod for pod in found[1] if not bound_by_others(held, pod)]
+            found = found[0], [pod for pod in found[1] if self.member(pod)]
         # members deleted while they waited for a node leave the gang; a gang left with none is gone
         present = {pod_key(pod) for pod in found[1]} if found is not None else set()
         if state.assembly.scheduler.members_gone(group_key, present):
@@ -362,7 +374,7 @@ class WatchState:
         if found is None:
             return []
         group, members = found
-        mine = [pod for pod in members if adoptable(held, pod)]
+        mine = [pod for pod in members if self.adoptable(pod)]
         if not any(not pod.bound for pod in members) and not (mine and group_key in state.gangs):
             return []
         if group_key not in state.gangs:

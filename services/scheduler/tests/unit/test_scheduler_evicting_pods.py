@@ -1,0 +1,210 @@
+"""A pod the scheduler asked to evict rejoins no gang until it is seen going or its eviction is
+refused.
+
+An eviction the API accepted shows on the watch only later: meanwhile the pod still looks bound by
+our bind (its ``tessera.io/gpu-assignment`` annotation names its node), not being deleted. Before,
+such a pod was adopted back into its gang in the very cycle that evicted it: a rebuild that broke a
+gang bound below quorum evicted p0, adopted it again and placed the gang with p0 and p1, and once
+the eviction landed the gang ran below quorum for ever."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+from typing import Any
+
+from tessera.cluster.builders import gpu_node
+from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
+from tessera.cluster.domain.requirements import GpuRequest, Pod, PodGroup, PodRef, PodRequirements
+from tessera.cluster.fake import FakeCluster
+from tessera.cluster.port import EventType, WatchEvent
+from tessera.scheduler.adapters.cluster_side import ClusterSide
+from tessera.scheduler.adapters.kube import Evictions
+from tessera.scheduler.adapters.repository import PODGROUP
+from tessera.scheduler.config import SchedulerSettings
+from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
+from tessera.scheduler.domain.snapshot import Allocation
+from tessera.scheduler.service_layer.engine import SchedulingEngine
+from tessera.scheduler.service_layer.engine_state import EngineState
+from tessera.scheduler.service_layer.watches import WatchState
+
+from .test_scheduler_deleted_members import Repo
+from .test_scheduler_own_binds import NODES, Cluster, settle, world
+
+AT = datetime(2026, 11, 25, tzinfo=UTC)
+
+
+class Evicting(Cluster):
+    """The port as :class:`~tessera.scheduler.adapters.kube.ClusterBinder` is: each eviction it is
+    asked for is noted (accepted by the API, not yet seen on the watch); ``refuse`` ones are refused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.evictions = Evictions(lambda key: self.pods[key].uid if key in self.pods else None)
+        self.refuse: set[str] = set()
+
+    def evict(self, allocation: Allocation) -> None:
+        super().evict(allocation)
+        asked = self.evictions.asked(allocation.pod)
+        if allocation.pod in self.refuse:
+            self.evictions.refused(asked)
+
+
+def rebuilt_below_quorum(cluster: Evicting, state: EngineState) -> None:
+    """As a rebuild finds ns/pg (two members): p0 bound by our bind, p1 waiting."""
+    uuids = [gpu.uuid for gpu in NODES["gpu-0"].gpus]
+    p0 = cluster.pods["ns/p0"]
+    shares = tuple(GpuShare(uuid, 1000) for uuid in uuids)
+    cluster.pods["ns/p0"] = dataclasses.replace(
+        p0, node_name="gpu-0", assignment=DeviceAssignment("gpu-0", shares)
+    )
+    cache, registry = state.assembly.cache, state.assembly.registry
+    cache.assume(Allocation("ns/p0", "ns/pg", "gpu-0", tuple((i, 1000) for i in range(8)), 0, 0))
+    cache.confirm_bound("ns/p0")
+    registry.mark_reserved("ns/pg", "ns/p0")
+    registry.mark_bound("ns/pg", "ns/p0")
+
+
+async def evicting_world() -> tuple[Evicting, EngineState, WatchState, Repo]:
+    cluster, repo = Evicting(), Repo()
+    cluster.groups["ns/pg"] = PodGroup("ns", "pg", 2)
+    state, watches = world(cluster, nodes=2)
+    state.evictions = cluster.evictions
+    for name in ("p0", "p1"):
+        await watches.apply(repo, "pod", cluster.add(name, 8, "pg", uid=f"{name}-1"))
+    rebuilt_below_quorum(cluster, state)
+    return cluster, state, watches, repo
+
+
+def placed_with(outcomes: list[GangOutcome], pod: str) -> bool:
+    return any(o.kind is OutcomeKind.PLACED and pod in {a.pod for a in o.bound} for o in outcomes)
+
+
+async def test_a_member_a_rebuild_evicts_is_not_adopted_back_before_its_eviction_shows() -> None:
+    cluster, state, watches, repo = await evicting_world()
+    scheduler = state.assembly.scheduler
+
+    (broken,) = scheduler.recover(100.0)
+    assert broken.kind is OutcomeKind.BROKEN and [a.pod for a in broken.evicted] == ["ns/p0"]
+    # the eviction is accepted; the watch shows p0 as it was: bound by our bind, not being deleted
+    await watches.refresh_native(repo, "ns/pg")
+    await watches.apply(repo, "pod", WatchEvent(EventType.MODIFIED, cluster.pods["ns/p0"], "3"))
+    outcomes = scheduler.run(now=20_000.0)
+
+    assert not placed_with(outcomes, "ns/p0"), "the gang is not placed with a member being evicted"
+    assert state.assembly.cache.allocation("ns/p0") is None, "p0 is adopted by no gang"
+    assert [m.name for m in state.assembly.registry.spec("ns/pg").members] == ["ns/p1"]
+    assert cluster.binds == []
+
+    # the eviction lands; the controller makes p0 again: the gang is placed with the new pod
+    gone = cluster.pods.pop("ns/p0")
+    await watches.apply(
+        repo, "pod", WatchEvent(EventType.DELETED, dataclasses.replace(gone, deleting=True), "4")
+    )
+    await watches.apply(repo, "pod", cluster.add("p0", 8, "pg", uid="p0-2"))
+    (placed,) = scheduler.run(now=20_001.0)  # before the wait for quorum times out
+    assert placed.kind is OutcomeKind.PLACED and {a.pod for a in placed.bound} == {"ns/p0", "ns/p1"}
+    assert sorted(cluster.binds) == ["ns/p0", "ns/p1"]
+
+
+async def test_a_member_whose_eviction_is_refused_rejoins_its_gang() -> None:
+    cluster, state, watches, repo = await evicting_world()
+    cluster.refuse = {"ns/p0"}  # a disruption budget: p0 keeps running
+    scheduler = state.assembly.scheduler
+
+    scheduler.recover(100.0)
+    await watches.refresh_native(repo, "ns/pg")
+    outcomes = scheduler.run(now=20_000.0)
+
+    assert placed_with(outcomes, "ns/p0"), "adopted again, placed with the member bound next"
+    assert cluster.binds == ["ns/p1"]
+
+
+class EvictionLags(FakeCluster):
+    """The API server accepts evictions at once; the pods go (and the watch shows it) on ``land``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.accepted: list[PodRef] = []
+
+    async def evict(self, ref: PodRef, grace_period_seconds: int | None = None) -> None:
+        await self.get_pod(ref)
+        self.accepted.append(ref)
+
+    async def land(self) -> None:
+        for ref in self.accepted:
+            await super().evict(ref)
+        self.accepted = []
+
+
+REQUIREMENTS = PodRequirements(gpu=GpuRequest.whole(8))
+MEMBER: dict[str, Any] = {"scheduler_name": "tessera", "pod_group": "pg"}
+
+
+async def engine_world(fake: FakeCluster, uow: Any) -> tuple[ClusterSide, SchedulingEngine, list[float]]:
+    """A PodGroup ns/pg of two pending since before a restart: p0 bound by our bind, p1 waiting."""
+    for name in ("gpu-0", "gpu-1"):
+        fake.add_node(gpu_node(name, "A100-80GB", 8))
+    fake.add_pod_group(PodGroup("ns", "pg", 2))
+    uuids = [gpu.uuid for gpu in gpu_node("gpu-0", "A100-80GB", 8).gpus]
+    assignment = DeviceAssignment("gpu-0", tuple(GpuShare(uuid, 1000) for uuid in uuids))
+    fake.add_pod(
+        Pod("ns", "p0", REQUIREMENTS, uid="p0-1", node_name="gpu-0", assignment=assignment, **MEMBER)
+    )
+    fake.add_pod(Pod("ns", "p1", REQUIREMENTS, uid="p1-1", **MEMBER))
+    side = ClusterSide(fake)
+    await side.start(timeout=5)
+    clock = [AT.timestamp()]
+    engine = SchedulingEngine(lambda: uow, SchedulerSettings(), side, clock=lambda: clock[0])
+    engine.deciding = True
+    async with uow:
+        await uow.repo.add_pending("ns/pg", None, AT, source=PODGROUP)
+        await uow.commit()
+    return side, engine, clock
+
+
+async def cycles(engine: SchedulingEngine, clock: list[float], n: int) -> list[GangOutcome]:
+    """``n`` cycles, 5 s apart (past the backoff, within the wait for quorum)."""
+    outcomes: list[GangOutcome] = []
+    for _ in range(n):
+        outcomes += await engine.cycle()
+        await settle()
+        clock[0] += 5.0
+    return outcomes
+
+
+async def test_the_engine_does_not_place_a_gang_with_a_member_it_is_evicting(uow: Any) -> None:
+    fake = EvictionLags()
+    side, engine, clock = await engine_world(fake, uow)
+    try:
+        # a rebuild: p0 alone is bound, the gang is broken; the eviction is accepted, its watch
+        # event does not come
+        outcomes = await cycles(engine, clock, 4)
+
+        assert [ref.name for ref in fake.accepted] == ["p0"], "p0 is evicted once"
+        assert OutcomeKind.BROKEN in [o.kind for o in outcomes]
+        assert not placed_with(outcomes, "ns/p0"), "the gang is not placed with p0"
+        assert fake.bindings == []
+
+        await fake.land()
+        await settle()
+        fake.add_pod(Pod("ns", "p0", REQUIREMENTS, uid="p0-2", **MEMBER))  # its controller's new p0
+        await settle()
+        (placed,) = [o for o in await engine.cycle() if o.kind is OutcomeKind.PLACED]
+        assert {a.pod for a in placed.bound} == {"ns/p0", "ns/p1"}
+    finally:
+        await side.stop()
+
+
+async def test_the_engine_adopts_a_member_whose_eviction_a_budget_refused(uow: Any) -> None:
+    fake = FakeCluster()
+    fake.block_eviction(PodRef("ns", "p0"))
+    side, engine, clock = await engine_world(fake, uow)
+    try:
+        outcomes = await cycles(engine, clock, 4)
+
+        assert fake.evictions == []
+        assert placed_with(outcomes, "ns/p0"), "p0 keeps running: the gang is placed with it"
+        assert [(ref.name, node) for ref, node in fake.bindings] == [("p1", "gpu-1")]
+    finally:
+        await side.stop()

@@ -4,6 +4,7 @@ terminated only once its copy is stored."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from nats.js.errors import ServiceUnavailableError
@@ -40,16 +41,29 @@ def runner(js: FlakyJetStream, *, failing: Exception) -> ConsumerRunner[Any]:
     return ConsumerRunner(js, spec, lambda: UnitOfWork(db), "admission", Metrics(), asyncio.Event())  # type: ignore[arg-type, return-value]
 
 
-async def test_on_the_last_delivery_a_failed_dead_letter_publish_holds_the_message_until_it_is_stored() -> (
+async def test_on_the_last_delivery_a_failed_dead_letter_publish_naks_the_message_instead_of_holding_it() -> (
     None
 ):
-    js = FlakyJetStream(failures=3)
+    # The durable consumer delivers without a limit: the message comes back and is dead-lettered
+    # then, and the consumer is never held up by a dead-letter subject that does not take copies.
+    js = FlakyJetStream(failures=1)
+    consumer = runner(js, failing=RuntimeError("still failing"))
     msg = Msg("job-1")
-    msg.metadata.num_delivered = 3  # max_deliver: a nak would never bring it back
-    await runner(js, failing=RuntimeError("still failing")).handle_batch([msg])  # type: ignore[list-item]
-    assert js.published == ["tessera.admission.dlq.c"], "the copy was stored, once"
-    assert msg.settled == ["term"], "terminated only after its copy was stored"
-    assert msg.in_progress_calls == 3, "held (its ack deadline extended) between the tries"
+    msg.metadata.num_delivered = 3  # max_deliver
+    await consumer.handle_batch([msg])  # type: ignore[list-item]
+    assert (msg.settled, msg.in_progress_calls, js.published) == (["nak"], 0, []), "nak'd, not held"
+
+    handled: list[str] = []
+
+    async def handler(envelope: Envelope, uow: Any) -> None:
+        handled.append(envelope.subject)
+
+    consumer.spec = replace(consumer.spec, handler=handler)
+    again = Msg("job-1")
+    again.headers, again.data = msg.headers, msg.data
+    again.metadata.num_delivered = 4  # past the limit: dead-lettered without running again
+    await consumer.handle_batch([again])  # type: ignore[list-item]
+    assert (again.settled, js.published, handled) == (["term"], ["tessera.admission.dlq.c"], [])
 
 
 async def test_with_deliveries_left_a_failed_dead_letter_publish_naks_the_message() -> None:
@@ -64,15 +78,3 @@ async def test_with_deliveries_left_a_failed_dead_letter_publish_naks_the_messag
     again.metadata.num_delivered = 2
     await consumer.handle_batch([again])  # type: ignore[list-item]
     assert (again.settled, js.published) == (["term"], ["tessera.admission.dlq.c"])
-
-
-async def test_stopping_while_the_copy_is_refused_leaves_the_message_unsettled() -> None:
-    js = FlakyJetStream(failures=10**6)
-    consumer = runner(js, failing=RuntimeError("still failing"))
-    msg = Msg("job-1")
-    msg.metadata.num_delivered = 3
-    handling = asyncio.create_task(consumer.handle_batch([msg]))  # type: ignore[list-item]
-    await asyncio.wait_for(msg.held.wait(), timeout=5)
-    consumer.stop.set()
-    await asyncio.wait_for(handling, timeout=5)
-    assert (msg.settled, js.published) == ([], [])

@@ -64,15 +64,7 @@ class ConsumerRunner(PullLoop[UowT]):
         self.dlq_subject = subjects.dead_letter(service, spec.name)
         self.stream = subjects.stream_name(spec.stream_owner)
         self._failures = RateLimitedLog(log)
-        self._dead_letters = DeadLetterPublish(
-            js,
-            self.dlq_subject,
-            spec.name,
-            stop,
-            retry_s=spec.backoff_base_s,
-            longest_s=max(spec.backoff_base_s, min(spec.backoff_max_s, spec.ack_wait_s / 2)),
-            failures=self._failures,
-        )
+        self._dead_letters = DeadLetterPublish(js, self.dlq_subject, spec.name, self._failures)
 
     def intake_limit(self) -> int:
         """The largest message this consumer takes: its setting, within the server's `max_payload`."""
@@ -99,6 +91,15 @@ class ConsumerRunner(PullLoop[UowT]):
             if isinstance(refused, tuple):
                 with _message_context(msg.headers, ""):
                     await self.dead_letter(msg, refused[1], kind=refused[0])
+                continue
+            deliveries = msg.metadata.num_delivered or 1
+            if deliveries > self.spec.max_deliver:
+                # The durable consumer sets no limit (the runner counts): a message comes back past
+                # it when its handling never finished (it crashed the process, say) or its
+                # dead-letter copy was not stored. It is dead-lettered without running again.
+                with _message_context(refused.headers, refused.subject):
+                    reason = f"delivered {deliveries} times, over the limit of {self.spec.max_deliver}"
+                    await self.dead_letter(msg, reason, kind="exhausted", envelope=refused)
                 continue
             decoded.append((msg, refused))
         if not decoded:
@@ -345,9 +346,9 @@ class ConsumerRunner(PullLoop[UowT]):
             stream_sequence=sequence,
             limit=self.max_payload(),
         )
-        deliveries_left = (msg.metadata.num_delivered or 1) < self.spec.max_deliver
-        if not await self._dead_letters.publish(msg, body, copy_headers, deliveries_left=deliveries_left):
-            return  # kept: redelivered, or held and retried; terminated once its copy is stored
+        retry_in = self.backoff(msg.metadata.num_delivered or 1)
+        if not await self._dead_letters.publish(msg, body, copy_headers, retry_in_s=retry_in):
+            return  # nak'd: dead-lettered again when it comes back; terminated once its copy is stored
         await msg.term()
         self.metrics.dead_letters.labels(self.spec.name, kind).inc()
         log.error(

@@ -14,7 +14,7 @@ from typing import Generic
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from tessera.contracts import subjects
@@ -67,16 +67,34 @@ class PullLoop(Generic[UowT]):
     async def handle_batch(self, msgs: list[Msg]) -> None:
         raise NotImplementedError
 
-    async def _read_ack_floor(self, sub: JetStreamContext.PullSubscription) -> None:
+    async def _read_ack_floor(self, sub: JetStreamContext.PullSubscription) -> ConsumerInfo | None:
         """Read the durable consumer's ack floor (`_resume_from`); the last one read stands when it
         cannot be read (the durable consumer gone, or NATS away)."""
         self._floor_read_at, self._floor_stale = time.monotonic(), False
         try:
             info = await asyncio.wait_for(sub.consumer_info(), ACK_FLOOR_READ_TIMEOUT_S)
         except Exception:
-            return
+            return None
         floor = info.ack_floor.stream_seq if info.ack_floor is not None else None
         self._resume_from = floor + 1 if floor else None
+        return info
+
+    async def _deliver_without_limit(self, stream: str, info: ConsumerInfo | None) -> None:
+        """JetStream stops delivering a message at the durable consumer's `max_deliver`, settled or
+        not: a message whose dead-letter copy could not be stored on its last delivery would stay
+        in its stream for ever. The runner counts deliveries itself (a message past its spec's
+        `max_deliver` is dead-lettered), so a durable consumer created with a limit (by an earlier
+        release) is updated to have none."""
+        if info is None or info.config.max_deliver in (None, -1, 0):
+            return
+        try:
+            await self.js.add_consumer(stream, config=info.config.evolve(max_deliver=-1))
+            log.info("the durable consumer now delivers without a limit", extra={"consumer": self.spec.name})
+        except Exception as exc:  # tried again at the next subscription
+            log.warning(
+                "lifting the durable consumer's delivery limit failed",
+                extra={"consumer": self.spec.name, "error": repr(exc)},
+            )
 
     async def _read_ack_floor_if_due(self, sub: JetStreamContext.PullSubscription, *, idle: bool) -> None:
         """Read the ack floor on the first idle fetch after deliveries, and every few seconds at
@@ -110,7 +128,7 @@ class PullLoop(Generic[UowT]):
                     if resume_from is None
                     else DeliverPolicy.BY_START_SEQUENCE,
                     opt_start_seq=resume_from,
-                    max_deliver=self.spec.max_deliver,
+                    max_deliver=-1,  # the runner counts deliveries (_deliver_without_limit)
                     ack_wait=self.spec.ack_wait_s,
                     filter_subject=self.spec.filter_subject,
                 )
@@ -121,7 +139,7 @@ class PullLoop(Generic[UowT]):
                     config=config,
                 )
                 self._stream_created = info.created
-                await self._read_ack_floor(sub)
+                await self._deliver_without_limit(stream, await self._read_ack_floor(sub))
                 self.subscribed.set()
                 return sub
             except NotFoundError:

@@ -4,61 +4,44 @@ the message."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 from dataclasses import dataclass
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from tessera.core.observability.ratelimit import RateLimitedLog
-from tessera.core.waits import wait_any
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class DeadLetterPublish:
-    """How a consumer publishes its dead-letter copies: where, and how long it waits between tries."""
+    """How a consumer publishes its dead-letter copies, and where."""
 
     js: JetStreamContext
     subject: str
     consumer: str
-    stop: asyncio.Event
-    retry_s: float
-    """the first wait before a publish is tried again; it doubles up to `longest_s`"""
-    longest_s: float
     failures: RateLimitedLog
 
-    async def publish(self, msg: Msg, body: bytes, headers: dict[str, str], *, deliveries_left: bool) -> bool:
+    async def publish(self, msg: Msg, body: bytes, headers: dict[str, str], *, retry_in_s: float) -> bool:
         """Publish the copy of `msg`; True once JetStream stored it, and the caller terminates `msg`.
 
-        On a failure, a message with deliveries left is nak'd (after `retry_s`) and False returned:
-        its redelivery is dead-lettered again (the copy's `Nats-Msg-Id` keeps one copy in the
-        stream). On its last delivery a nak would never bring it back, so the message is held (its
-        ack deadline extended) and the publish tried again until it succeeds; False when the
-        consumer stops first (the message then stays in its stream, at its sequence, unsettled)."""
-        delay = self.retry_s
-        while True:
-            try:
-                await self.js.publish(self.subject, body, headers=headers)
-                return True
-            except Exception as exc:
-                self.failures.error(
-                    f"dlq-publish:{type(exc).__name__}",
-                    "publishing a dead-letter copy failed; the message is kept and the copy retried",
-                    extra={"consumer": self.consumer, "dlq_subject": self.subject, "error": repr(exc)},
-                )
-            if deliveries_left:
-                await msg.nak(delay=self.retry_s)
-                return False
-            with contextlib.suppress(Exception):  # NATS away: the next try extends it again
-                await msg.in_progress()
-            if await wait_any(self.stop, timeout=delay):
-                log.error(
-                    "stopping with a dead-letter copy unpublished; the message stays in its stream",
-                    extra={"consumer": self.consumer, "stream_sequence": msg.metadata.sequence.stream},
-                )
-                return False
-            delay = min(delay * 2, self.longest_s)
+        On a failure the message is nak'd, to come back in `retry_in_s`, and False returned: nothing
+        is held meanwhile, so the consumer goes on with other messages, and the redelivery is
+        dead-lettered again. The durable consumer delivers without a limit (the runner counts
+        deliveries itself), so the message comes back however many tries that takes, even after a
+        restart; the copy's `Nats-Msg-Id` keeps one copy in the stream."""
+        try:
+            await self.js.publish(self.subject, body, headers=headers)
+            return True
+        except Exception as exc:
+            self.failures.error(
+                f"dlq-publish:{type(exc).__name__}",
+                "publishing a dead-letter copy failed; the message is kept and dead-lettered again when it comes back",
+                extra={
+                    "consumer": self.consumer,
+                    "dlq_subject": self.subject,
+                    "stream_sequence": msg.metadata.sequence.stream,
+                    "error": repr(exc),
+                },
+            )
+        await msg.nak(delay=retry_in_s)
+        return False

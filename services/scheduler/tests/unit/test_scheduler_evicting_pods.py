@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tessera.cluster.builders import gpu_node
+from tessera.cluster.conventions.names import JOB_ID_LABEL
 from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
-from tessera.cluster.domain.requirements import GpuRequest, Pod, PodGroup, PodRef, PodRequirements
+from tessera.cluster.domain.requirements import GpuRequest, Pod, PodGroup, PodPhase, PodRef, PodRequirements
 from tessera.cluster.fake import FakeCluster
 from tessera.cluster.port import EventType, WatchEvent
 from tessera.scheduler.adapters.cluster_side import ClusterSide
@@ -208,3 +209,38 @@ async def test_the_engine_adopts_a_member_whose_eviction_a_budget_refused(uow: A
         assert [(ref.name, node) for ref, node in fake.bindings] == [("p1", "gpu-1")]
     finally:
         await side.stop()
+
+
+async def test_a_pod_of_no_gang_the_cache_cannot_hold_is_evicted_once_whatever_its_events() -> None:
+    cluster, repo = Evicting(), Repo()
+    state, watches = world(cluster, nodes=1)
+    state.evictions = cluster.evictions
+    cluster.refuse = {"ns/w0"}  # a disruption budget keeps it running
+    uuids = [gpu.uuid for gpu in NODES["gpu-0"].gpus]
+    late = Pod(
+        "ns",
+        "w0",
+        PodRequirements(gpu=GpuRequest.whole(1)),
+        uid="w0-1",
+        scheduler_name="tessera",
+        labels={JOB_ID_LABEL: "job-gone"},  # its job finished: no gang of it is left
+        node_name="gpu-0",
+        phase=PodPhase.RUNNING,
+        assignment=DeviceAssignment("gpu-0", (GpuShare(uuids[0], 1000),)),
+    )
+    cluster.pods["ns/w0"] = late
+    state.assembly.cache.remove_node("gpu-0")  # the cache cannot hold what it uses: nothing is held
+
+    for version in range(1, 5):  # its status updates
+        await watches.apply(repo, "pod", WatchEvent(EventType.MODIFIED, late, str(version)))
+
+    assert state.assembly.cache.allocation("ns/w0") is None
+    assert cluster.evicted == ["ns/w0"], "asked once, not at each of its events"
+
+    # made again under its name (another uid), bound by our bind with its gang gone: evicted too
+    again = dataclasses.replace(late, uid="w0-2")
+    cluster.pods["ns/w0"] = again
+    await watches.apply(repo, "pod", WatchEvent(EventType.DELETED, late, "5"))
+    await watches.apply(repo, "pod", WatchEvent(EventType.ADDED, again, "6"))
+    await watches.apply(repo, "pod", WatchEvent(EventType.MODIFIED, again, "7"))
+    assert cluster.evicted == ["ns/w0", "ns/w0"]

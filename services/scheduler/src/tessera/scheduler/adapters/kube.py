@@ -38,7 +38,9 @@ class Evictions:
     watch only later; meanwhile the pod still looks bound by our bind, and must not rejoin a gang.
     ``uid_of`` gives the uid of the pod of a key as the watches see it (None: no such pod);
     ``on_refused`` is told the key of a pod whose eviction was refused (it may rejoin its gang now,
-    though no watch event of it may come for a while)."""
+    though no watch event of it may come for a while). Those refused are remembered too, until
+    they are seen going: a pod the scheduler evicts for belonging to no gang is asked once
+    (:meth:`tried`), not again at each of its events."""
 
     def __init__(
         self,
@@ -48,6 +50,7 @@ class Evictions:
         self._uid_of = uid_of
         self._on_refused = on_refused
         self._asked: set[Asked] = set()
+        self._refused: set[Asked] = set()
 
     def asked(self, pod: str) -> Asked | None:
         """The scheduler asks to evict ``pod``: noted under its current uid, which is returned."""
@@ -61,6 +64,7 @@ class Evictions:
         """The eviction was refused (a disruption budget, throttling, no answer): the pod stays."""
         if asked is not None and asked in self._asked:
             self._asked.discard(asked)
+            self._refused.add(asked)
             self._on_refused(asked[0])
 
     def pending(self, pod: Pod) -> bool:
@@ -68,14 +72,21 @@ class Evictions:
         seen going (being deleted, ended) is forgotten."""
         asked = (pod_key(pod), pod.uid)
         if pod.deleting or pod.terminated:
-            self._asked.discard(asked)
+            self.gone(asked)
         return asked in self._asked
+
+    def tried(self, pod: Pod) -> bool:
+        """Whether the scheduler asked to evict ``pod`` (the same uid) since it was last seen going,
+        whether or not the eviction was refused."""
+        asked = (pod_key(pod), pod.uid)
+        return self.pending(pod) or asked in self._refused
 
     def gone(self, pod: Pod | Asked | None) -> None:
         """``pod`` is gone from the cluster."""
         if isinstance(pod, Pod):
             pod = pod_key(pod), pod.uid
         self._asked.discard(pod)
+        self._refused.discard(pod)
 
 
 @dataclass

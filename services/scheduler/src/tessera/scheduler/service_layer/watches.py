@@ -287,12 +287,21 @@ class WatchState:
 
     def let_go(self, pod: Pod) -> None:
         """A pod bound by our bind whose gang is gone (finished, forgotten): it holds what it uses,
-        in no gang's name, and is evicted again, once; it stays a member of no gang and of any gang
-        it joins (:meth:`adopt`)."""
+        in no gang's name (if the cache can fit it), and is evicted again, once
+        (:meth:`evict_once`); it stays a member of no gang and of any gang it joins (:meth:`adopt`)."""
         cache, key = self.state.assembly.cache, pod_key(pod)
         if cache.allocation(key) is not None or pod.node_name not in self.state.nodes:
             return
         hold_bound_pod(cache, pod, self.state.uuids.get(pod.node_name or "", {}))
+        self.evict_once(pod)
+
+    def evict_once(self, pod: Pod) -> None:
+        """Evict a pod bound by our bind that belongs to no live gang, unless the scheduler already
+        asked to evict it (the same uid) since it was last seen going: one the cache could not hold
+        comes here at each of its events, and a refused eviction is not asked again."""
+        if self.state.evictions.tried(pod):
+            return
+        key = pod_key(pod)
         log.warning("a pod bound by the scheduler belongs to no live gang: evicting it", extra={"pod": key})
         self.state.port.evict(foreign_allocation(pod, self.state.uuids.get(pod.node_name or "", {})))
 

@@ -244,3 +244,63 @@ async def test_a_pod_of_no_gang_the_cache_cannot_hold_is_evicted_once_whatever_i
     await watches.apply(repo, "pod", WatchEvent(EventType.ADDED, again, "6"))
     await watches.apply(repo, "pod", WatchEvent(EventType.MODIFIED, again, "7"))
     assert cluster.evicted == ["ns/w0", "ns/w0"]
+
+
+class CountsEvictions(FakeCluster):
+    """Counts the evictions asked for, refused ones included."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    async def evict(self, ref: PodRef, grace_period_seconds: int | None = None) -> None:
+        self.asked.append(ref.name)
+        await super().evict(ref, grace_period_seconds)
+
+
+async def test_a_rebuild_evicts_a_pod_of_ours_whose_gang_is_gone_once(uow: Any) -> None:
+    fake = CountsEvictions()
+    fake.add_node(gpu_node("gpu-0", "A100-80GB", 8))
+    uuids = [gpu.uuid for gpu in gpu_node("gpu-0", "A100-80GB", 8).gpus]
+    assignment = DeviceAssignment("gpu-0", (GpuShare(uuids[6], 1000), GpuShare(uuids[7], 1000)))
+    late = Pod(
+        "ml",
+        "w0",
+        PodRequirements(gpu=GpuRequest.whole(2)),
+        uid="w0-1",
+        scheduler_name="tessera",
+        labels={JOB_ID_LABEL: "job-gone"},  # an earlier leader's bind landing after its job ended
+        node_name="gpu-0",
+        phase=PodPhase.RUNNING,
+        assignment=assignment,
+    )
+    fake.add_pod(late)
+    fake.block_eviction(PodRef("ml", "w0"))  # a disruption budget keeps it running
+    side = ClusterSide(fake)
+    await side.start(timeout=5)
+    clock = [AT.timestamp()]
+    try:
+        engine = SchedulingEngine(
+            lambda: uow, SchedulerSettings(namespace="ml"), side, clock=lambda: clock[0]
+        )
+        engine.deciding = True
+        await cycles(engine, clock, 2)
+        assert engine.state is not None
+        held = engine.state.assembly.cache.allocation("ml/w0")
+        assert held is not None and held.gpu_indices == (6, 7), "what it uses is held"
+        assert fake.asked == ["w0"], "the rebuild evicts it"
+
+        engine.state = None  # another rebuild, later events of the pod
+        fake.add_pod(dataclasses.replace(late, annotations={"seen": "again"}))
+        await settle()
+        await cycles(engine, clock, 2)
+        assert fake.asked == ["w0"], "once"
+
+        fake.block_eviction(PodRef("ml", "w0"), blocked=False)
+        fake.add_pod(dataclasses.replace(late, uid="w0-2"))  # made again under its name
+        await settle()
+        engine.state = None
+        await cycles(engine, clock, 2)
+        assert fake.asked == ["w0", "w0"] and len(fake.evictions) == 1, "the new pod is evicted too"
+    finally:
+        await side.stop()

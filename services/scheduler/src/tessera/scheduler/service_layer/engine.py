@@ -179,6 +179,7 @@ class SchedulingEngine:
                     cache = self.cluster.cache
                     for key in native_keys(cache.pods.store, cache.pod_groups.store):
                         outcomes += await watches.refresh_native(repo, key)
+                    watches.let_go_held()  # pods of ours whose gang is gone
             state = self.state
             if self.cluster is None:
                 # Whichever replica took the inventory message, every replica sees the stored one.

@@ -295,6 +295,17 @@ class WatchState:
         hold_bound_pod(cache, pod, self.state.uuids.get(pod.node_name or "", {}))
         self.evict_once(pod)
 
+    def let_go_held(self) -> None:
+        """After a rebuild (and the native gangs' refresh): a pod bound by our bind that the cache
+        holds for no gang and whose gang is not live (a finished job's, an earlier leader's bind
+        landing late) holds what it uses and is evicted, once (:meth:`evict_once`), as its events
+        would have it (:meth:`let_go`)."""
+        cache = self.state.assembly.cache
+        for pod in list(self.cluster.cache.pods.store.values()):
+            live = our_bind(pod) and not pod.terminated and not pod.deleting
+            if live and held_by_others(cache, pod_key(pod)) and not self.live(pod):
+                self.evict_once(pod)
+
     def evict_once(self, pod: Pod) -> None:
         """Evict a pod bound by our bind that belongs to no live gang, unless the scheduler already
         asked to evict it (the same uid) since it was last seen going: one the cache could not hold

@@ -23,11 +23,12 @@ from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.kube import Evictions
 from tessera.scheduler.adapters.repository import PODGROUP
 from tessera.scheduler.config import SchedulerSettings
+from tessera.scheduler.domain.gang.queue import ClusterEvent
 from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
 from tessera.scheduler.domain.snapshot import Allocation
 from tessera.scheduler.service_layer.engine import SchedulingEngine
 from tessera.scheduler.service_layer.engine_state import EngineState
-from tessera.scheduler.service_layer.watches import WatchState
+from tessera.scheduler.service_layer.watches import WatchState, hold_foreign
 
 from .test_scheduler_deleted_members import Repo
 from .test_scheduler_own_binds import NODES, Cluster, settle, world
@@ -304,3 +305,37 @@ async def test_a_rebuild_evicts_a_pod_of_ours_whose_gang_is_gone_once(uow: Any) 
         assert fake.asked == ["w0", "w0"] and len(fake.evictions) == 1, "the new pod is evicted too"
     finally:
         await side.stop()
+
+
+async def test_a_member_adopted_without_its_gpus_is_not_taken_for_moved_at_each_event() -> None:
+    cluster, repo = Cluster(), Repo()
+    cluster.groups["ns/pg"] = PodGroup("ns", "pg", 2)
+    state, watches = world(cluster, nodes=1)
+    cache, queue = state.assembly.cache, state.assembly.queue
+    other = Allocation("x/y", "foreign:x/y", "gpu-0", tuple((i, 1000) for i in range(8)), 0, 0)
+    hold_foreign(cache, other)  # what p0's bind gave it is taken in the cache's books
+    for name in ("p0", "p1"):
+        await watches.apply(repo, "pod", cluster.add(name, 8, "pg"))
+    uuids = [gpu.uuid for gpu in NODES["gpu-0"].gpus]
+    bound = cluster.update(
+        cluster.pods["ns/p0"],
+        node_name="gpu-0",
+        assignment=DeviceAssignment("gpu-0", tuple(GpuShare(uuid, 1000) for uuid in uuids)),
+    )
+    await watches.apply(repo, "pod", WatchEvent(EventType.MODIFIED, bound, "2"))
+    adopted = cache.allocation("ns/p0")
+    assert adopted is not None and adopted.gang == "ns/pg" and adopted.gpu_milli == (), "held without GPUs"
+
+    heard: list[ClusterEvent] = []
+    on_event = queue.on_event
+
+    def hear(event: ClusterEvent, now: float) -> int:
+        heard.append(event)
+        return on_event(event, now)
+
+    queue.on_event = hear  # type: ignore[method-assign]
+    for version in range(3, 6):  # its status updates
+        await watches.apply(repo, "pod", WatchEvent(EventType.MODIFIED, bound, str(version)))
+
+    assert cache.allocation("ns/p0") is adopted, "still adopted as it was"
+    assert ClusterEvent.CAPACITY_FREED not in heard, "no capacity is freed at each event"

@@ -35,3 +35,5 @@ class EngineState:
     # The pods the scheduler asked to evict, not yet seen going: they rejoin no gang (the cluster
     # side's, kept across rebuilds).
     evictions: Evictions = field(default_factory=Evictions)
+    # Members adopted bound whose GPUs the cache could not fit: held without them, not moved.
+    held_without_gpus: set[str] = field(default_factory=set)

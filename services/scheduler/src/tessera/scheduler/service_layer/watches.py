@@ -196,6 +196,8 @@ class WatchState:
         ended = event.type is EventType.DELETED or pod.terminated
         if event.type is EventType.DELETED:
             self.state.evictions.gone(pod)
+        if ended or pod.deleting:
+            self.state.held_without_gpus.discard(key)
         cache, scheduler = self.state.assembly.cache, self.state.assembly.scheduler
         held = cache.allocation(key)
         if (ended or pod.deleting) and scheduler.not_placed(key):
@@ -249,6 +251,8 @@ class WatchState:
             return True
         if not our_bind(pod):
             return False
+        if pod_key(pod) in self.state.held_without_gpus and not (held.gpu_milli or held.mig):
+            return False  # adopted without the GPUs its bind gave it (:meth:`adopt`): where it is
         used = foreign_allocation(pod, self.state.uuids.get(held.node, {})).gpu_milli
         return sorted(used) != sorted(held.gpu_milli)
 
@@ -334,6 +338,10 @@ class WatchState:
                 except CacheConflict:
                     continue
                 log.info("a member found bound by the scheduler rejoins its gang", extra={"pod": key})
+                if allocation is own:
+                    self.state.held_without_gpus.discard(key)
+                else:
+                    self.state.held_without_gpus.add(key)
                 outcomes += [outcome] if outcome is not None else []
                 break
         return outcomes

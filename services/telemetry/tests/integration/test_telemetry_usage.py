@@ -17,6 +17,7 @@ from sqlalchemy import text
 
 from tessera.core.db.migrations import migrate
 from tessera.core.runner import RunningService, start_context
+from tessera.core.tenant_tokens import TenantTokens
 from tessera.telemetry import bootstrap
 from tessera.telemetry.config import TelemetrySettings
 from tessera.telemetry.domain.attribution import Holder, split_reading
@@ -235,7 +236,7 @@ async def tokens_with_a_job(admission: ServiceProcess, tenants: list[str]) -> di
 async def usage_app(telemetry: RunningService[Any], admission: ServiceProcess) -> FastAPI:
     """Telemetry's usage routes, asking admission who a token may act for."""
     deps: Telemetry = await telemetry.definition.dependencies(telemetry.ctx)
-    deps.auth, deps.admission_url, deps.admin_token = "required", admission.url, ADMIN
+    deps.tokens = TenantTokens(admission.url, "required", ADMIN)
     app = FastAPI()
     app.include_router(router)
     app.state.deps = deps

@@ -1,18 +1,19 @@
-"""The usage API's cache of admission's verdicts on bearer tokens: bounded however many tokens callers
-make up, a refusal remembered only briefly, a grant for `CACHE_S` (ADR 0016), so a revoked token stops
-reading within that."""
+"""The usage API's cache of admission's verdicts on bearer tokens, as telemetry's settings build the shared
+check (`tessera.core.tenant_tokens`): bounded however many tokens callers make up, a refusal remembered
+only briefly, a grant for `CACHE_S` (ADR 0016), so a revoked token stops reading within that."""
 
 from __future__ import annotations
 
 import secrets
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from fastapi import HTTPException
+from pydantic import SecretStr
+from starlette.requests import Request
 
-import tessera.telemetry.entrypoints.usage_api as usage_api
-from tessera.telemetry.entrypoints.usage_api import CACHE_S, Scope
+from tessera.core import tenant_tokens
+from tessera.core.tenant_tokens import CACHE_S, Scope, TenantTokens
+from tessera.telemetry.config import TelemetrySettings
 
 
 class Admission:
@@ -22,7 +23,7 @@ class Admission:
         self.tokens: dict[str, str] = {}
         self.asked = 0
 
-    async def check(self, deps: Any, token: str, tenant: str | None) -> Scope | int:
+    async def check(self, token: str, tenant: str | None) -> Scope | int:
         self.asked += 1
         own = self.tokens.get(token)
         if own is None:
@@ -31,88 +32,101 @@ class Admission:
 
 
 @pytest.fixture
-def admission(monkeypatch: pytest.MonkeyPatch) -> Admission:
-    fake = Admission()
-    monkeypatch.setattr(usage_api, "_check", fake.check)
-    monkeypatch.setattr(usage_api, "_cache", usage_api.VerdictCache())
-    return fake
+def clock() -> list[float]:
+    return [1000.0]
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    now = [1000.0]
-    monkeypatch.setattr(usage_api, "_now", lambda: now[0])
-    return now
+def admission() -> Admission:
+    return Admission()
 
 
-DEPS: Any = SimpleNamespace(admin_token="admin", admission_url="http://admission")
+@pytest.fixture
+def tokens(admission: Admission, clock: list[float], monkeypatch: pytest.MonkeyPatch) -> TenantTokens:
+    """Telemetry's check of tokens, with admission's answers made up (no HTTP) and a controlled clock."""
+    settings = TelemetrySettings(admin_token=SecretStr("admin"), admission_url="http://admission")
+    built = settings.tokens()
+    built.clock = lambda: clock[0]
+    monkeypatch.setattr(built, "_tenant_check", admission.check)
+    return built
 
 
-async def resolve(token: str, tenant: str | None = None) -> Scope | int:
+def request(token: str) -> Request:
+    headers = [(b"authorization", f"Bearer {token}".encode())]
+    return Request({"type": "http", "method": "GET", "path": "/v1/usage", "headers": headers})
+
+
+async def resolve(tokens: TenantTokens, token: str, tenant: str | None = None) -> Scope | int:
     try:
-        return await usage_api._resolve(DEPS, token, tenant)
+        return await tokens.scope(request(token), tenant)
     except HTTPException as exc:
         return exc.status_code
 
 
 async def test_made_up_tokens_and_tenants_leave_at_most_the_bound(
-    admission: Admission, clock: list[float]
+    tokens: TenantTokens, admission: Admission, clock: list[float]
 ) -> None:
     admission.tokens["tok-a"] = "team-a"
-    assert await resolve("tok-a") == Scope("team-a")
-    for i in range(3 * usage_api.CACHE_MAX):
-        assert await resolve(secrets.token_hex(8)) == 401
-        assert await resolve("tok-a", f"tenant-{i}") == 403
+    assert await resolve(tokens, "tok-a") == Scope("team-a")
+    for i in range(3 * tenant_tokens.CACHE_MAX):
+        assert await resolve(tokens, secrets.token_hex(8)) == 401
+        assert await resolve(tokens, "tok-a", f"tenant-{i}") == 403
         clock[0] += 0.001
-    assert len(usage_api._cache) <= usage_api.CACHE_MAX + usage_api.NEGATIVE_CACHE_MAX
-    assert len(usage_api._cache.refused) <= usage_api.NEGATIVE_CACHE_MAX
+    assert len(tokens.cache) <= tenant_tokens.CACHE_MAX + tenant_tokens.NEGATIVE_CACHE_MAX
+    assert len(tokens.cache.refused) <= tenant_tokens.NEGATIVE_CACHE_MAX
     # refusals never push a grant out: the valid token is still answered from the cache
     asked = admission.asked
-    assert await resolve("tok-a") == Scope("team-a")
+    assert await resolve(tokens, "tok-a") == Scope("team-a")
     assert admission.asked == asked
 
 
-async def test_granted_entries_are_bounded_oldest_out_first(admission: Admission, clock: list[float]) -> None:
-    for i in range(usage_api.CACHE_MAX + 10):
+async def test_granted_entries_are_bounded_oldest_out_first(
+    tokens: TenantTokens, admission: Admission, clock: list[float]
+) -> None:
+    for i in range(tenant_tokens.CACHE_MAX + 10):
         admission.tokens[f"tok-{i}"] = f"team-{i}"
-        assert await resolve(f"tok-{i}") == Scope(f"team-{i}")
-    assert len(usage_api._cache.granted) == usage_api.CACHE_MAX
+        assert await resolve(tokens, f"tok-{i}") == Scope(f"team-{i}")
+    assert len(tokens.cache.granted) == tenant_tokens.CACHE_MAX
     asked = admission.asked
-    assert await resolve(f"tok-{usage_api.CACHE_MAX + 9}") == Scope(f"team-{usage_api.CACHE_MAX + 9}")
+    newest = tenant_tokens.CACHE_MAX + 9
+    assert await resolve(tokens, f"tok-{newest}") == Scope(f"team-{newest}")
     assert admission.asked == asked  # the newest is cached
-    assert await resolve("tok-0") == Scope("team-0")
+    assert await resolve(tokens, "tok-0") == Scope("team-0")
     assert admission.asked == asked + 1  # the oldest was evicted, so admission is asked again
 
 
-async def test_expired_entries_go_before_live_ones(admission: Admission, clock: list[float]) -> None:
+async def test_expired_entries_go_before_live_ones(
+    tokens: TenantTokens, admission: Admission, clock: list[float]
+) -> None:
     admission.tokens["old"] = "team-old"
-    assert await resolve("old") == Scope("team-old")
+    assert await resolve(tokens, "old") == Scope("team-old")
     clock[0] += CACHE_S + 1  # expired
-    for i in range(usage_api.CACHE_MAX):
+    for i in range(tenant_tokens.CACHE_MAX):
         admission.tokens[f"tok-{i}"] = f"team-{i}"
-        assert await resolve(f"tok-{i}") == Scope(f"team-{i}")
-    assert "old" not in {v.tenant for _, v in usage_api._cache.granted.values()}
+        assert await resolve(tokens, f"tok-{i}") == Scope(f"team-{i}")
+    assert "team-old" not in {v.tenant for _, v in tokens.cache.granted.values()}
     asked = admission.asked
-    assert await resolve("tok-0") == Scope("team-0")
+    assert await resolve(tokens, "tok-0") == Scope("team-0")
     assert admission.asked == asked  # the first live one stayed
 
 
 async def test_a_refusal_is_remembered_briefly_and_a_grant_for_the_documented_minute(
-    admission: Admission, clock: list[float]
+    tokens: TenantTokens, admission: Admission, clock: list[float]
 ) -> None:
-    assert await resolve("new") == 401
+    assert await resolve(tokens, "new") == 401
     admission.tokens["new"] = "team-n"  # issued just after a first try
-    assert await resolve("new") == 401  # still the cached refusal
-    clock[0] += usage_api.NEGATIVE_CACHE_S + 0.1
-    assert await resolve("new") == Scope("team-n")
+    assert await resolve(tokens, "new") == 401  # still the cached refusal
+    clock[0] += tenant_tokens.NEGATIVE_CACHE_S + 0.1
+    assert await resolve(tokens, "new") == Scope("team-n")
     # revoked: still served from the cache for at most CACHE_S, then refused
     del admission.tokens["new"]
     clock[0] += CACHE_S - 1
-    assert await resolve("new") == Scope("team-n")
+    assert await resolve(tokens, "new") == Scope("team-n")
     clock[0] += 1.1
-    assert await resolve("new") == 401
+    assert await resolve(tokens, "new") == 401
 
 
-async def test_the_admin_token_is_not_cached(admission: Admission, clock: list[float]) -> None:
-    assert await resolve("admin") == usage_api.ALL
-    assert len(usage_api._cache) == 0 and admission.asked == 0
+async def test_the_admin_token_is_not_cached(tokens: TenantTokens, admission: Admission) -> None:
+    assert await resolve(tokens, "admin") == tenant_tokens.ALL
+    assert await resolve(tokens, "admin", "team-b") == Scope("team-b")
+    assert len(tokens.cache) == 0 and admission.asked == 0

@@ -163,9 +163,7 @@ def build(settings: TelemetrySettings, source: GpuSource | None = None) -> Servi
             usage_nodes=[settings.node_name]
             if settings.node_name and settings.chosen_source() in (SourceKind.NVML, SourceKind.DCGM)
             else None,
-            auth=settings.auth,
-            admin_token=settings.admin_token.get_secret_value() if settings.admin_token else None,
-            admission_url=settings.admission_url,
+            tokens=settings.tokens(),
             currency=ledger.prices.currency if ledger is not None else "USD",
         )
 

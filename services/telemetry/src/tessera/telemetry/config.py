@@ -11,6 +11,7 @@ import yaml
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
 
 from tessera.core.settings import ServiceSettings, StreamSettings, http_port, service_config
+from tessera.core.tenant_tokens import AuthMode, TenantTokens
 from tessera.telemetry.domain.pricing import CapacityType, Flavor, PriceBook
 
 
@@ -138,7 +139,7 @@ class TelemetrySettings(ServiceSettings):
         description="admission's API, to check a tenant's bearer token for GET /v1/usage; "
         "without it only the admin token (or auth disabled) may read usage",
     )
-    auth: Literal["required", "disabled"] = Field(
+    auth: AuthMode = Field(
         "required", description="`disabled` only for a local stack: every caller may read every tenant"
     )
     admin_token: SecretStr | None = Field(None, description="the admin bearer token (admission's)")
@@ -170,6 +171,11 @@ class TelemetrySettings(ServiceSettings):
         if self.dcgm_url:
             return SourceKind.DCGM
         return SourceKind.NVML
+
+    def tokens(self) -> TenantTokens:
+        """Who a bearer token reads usage for: checked with admission, as the other services' reads."""
+        secret = self.admin_token.get_secret_value() if self.admin_token else None
+        return TenantTokens(self.admission_url, self.auth, secret, service="usage here")
 
 
 @lru_cache

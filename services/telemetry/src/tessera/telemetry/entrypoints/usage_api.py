@@ -2,33 +2,19 @@
 flavor over a period, with the top wasters (jobs by idle GPU-hours). `GET /v1/usage/series`: the
 same over time, one point per hour (mean GPUs allocated, used and idle) for the busiest groups.
 
-Tenant scoping. Admission issues the bearer tokens and keeps only their hashes; telemetry does not
-read admission's tables. It asks admission instead, with the caller's own token (ADR 0015):
-
-* auth `disabled` (the local stack), or the admin token itself: every tenant;
-* otherwise `GET {admission}/v1/jobs?tenant=<t>&limit=1` with the caller's token answers whether the
-  token may act for tenant `t` (200), is a tenant's token for another tenant (403) or unknown (401).
-  Without `tenant=`, a probe for a tenant name that cannot exist tells an admin token (200) from a
-  tenant's (403); a tenant's token is then scoped to the tenant of its own jobs (no jobs: no usage).
-
-Answers are cached per token hash (and `tenant=`) for `CACHE_S`, so a revoked token stops reading within
-it; a refusal only for `NEGATIVE_CACHE_S`, so a token issued just after a first try works soon. The cache
-holds at most `CACHE_MAX` grants and, apart, `NEGATIVE_CACHE_MAX` refusals, dropping expired entries
-first and then the oldest: made-up tokens cannot grow it or push a valid token's grant out. Without an
-admission URL only the admin token reads.
+Tenant scoping: a bearer token is checked with admission by the shared `tessera.core.tenant_tokens`
+(ADR 0016), as the checkpoint service's and the forecaster's reads are. Auth `disabled` (the local
+stack) or the admin token reads every tenant, or the one `tenant=` names; a tenant's token reads its own
+tenant (the tenant of its own jobs; none, no usage) and is refused another's (403); an unknown token or
+none is 401, and an admission that does not answer is 503. Without an admission URL only the admin token
+reads.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import time
-from collections import OrderedDict
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-import httpx
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from tessera.telemetry.domain.usage_report import GroupBy, UsageTotal
@@ -36,131 +22,11 @@ from tessera.telemetry.domain.usage_series import MAX_HOURS, HourSum, Series, ho
 from tessera.telemetry.service_layer.dependencies import Telemetry
 
 router = APIRouter(prefix="/v1", tags=["usage"])
-#: how long admission's grant of a token is trusted (ADR 0016): a revoked token reads for at most this
-CACHE_S = 60.0
-#: how long a refusal is remembered
-NEGATIVE_CACHE_S = 5.0
-#: the most grants and, apart, refusals kept (each entry is a hash and a verdict, some 200 bytes)
-CACHE_MAX = 4096
-NEGATIVE_CACHE_MAX = 1024
-#: not a DNS label, so no tenant has this name: a probe that only the admin may read
-_PROBE_TENANT = "-probe-"
-
-
-@dataclass(frozen=True)
-class Scope:
-    """What the caller may see: every tenant (`tenant` None) or one."""
-
-    tenant: str | None
-    #: a tenant's token whose tenant is not known (it has no jobs): it sees nothing
-    nothing: bool = False
-
-
-ALL = Scope(None)
-
-
-class VerdictCache:
-    """Admission's verdicts by key, each until it expires: grants (a Scope) and refusals (the status)
-    apart, each bounded. Entries of one kind share a TTL and a refreshed one moves to the end, so the
-    oldest is also the first to expire: eviction takes from the front, expired ones first."""
-
-    def __init__(self) -> None:
-        self.granted: OrderedDict[str, tuple[float, Scope]] = OrderedDict()
-        self.refused: OrderedDict[str, tuple[float, int]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self.granted) + len(self.refused)
-
-    def get(self, key: str, now: float) -> Scope | int | None:
-        for entries in (self.granted, self.refused):
-            found = entries.get(key)
-            if found is not None:
-                if found[0] > now:
-                    return found[1]
-                del entries[key]
-        return None
-
-    def put(self, key: str, verdict: Scope | int, now: float) -> None:
-        self.granted.pop(key, None)
-        self.refused.pop(key, None)
-        if isinstance(verdict, Scope):
-            self.granted[key] = (now + CACHE_S, verdict)
-            _bound(self.granted, CACHE_MAX, now)
-        else:
-            self.refused[key] = (now + NEGATIVE_CACHE_S, verdict)
-            _bound(self.refused, NEGATIVE_CACHE_MAX, now)
-
-
-def _bound(entries: OrderedDict[str, tuple[float, Any]], most: int, now: float) -> None:
-    while entries and next(iter(entries.values()))[0] <= now:
-        entries.popitem(last=False)
-    while len(entries) > most:
-        entries.popitem(last=False)
-
-
-_cache = VerdictCache()
-_now = time.monotonic
 
 
 def _deps(request: Request) -> Telemetry:
     deps: Telemetry = request.app.state.deps
     return deps
-
-
-async def _ask_admission(deps: Telemetry, token: str, params: dict[str, Any]) -> httpx.Response:
-    assert deps.admission_url is not None
-    async with httpx.AsyncClient(base_url=deps.admission_url, timeout=5.0) as client:
-        try:
-            return await client.get("/v1/jobs", params=params, headers={"Authorization": f"Bearer {token}"})
-        except httpx.HTTPError as exc:
-            raise HTTPException(503, f"admission, which checks tokens, does not answer: {exc}") from exc
-
-
-async def _resolve(deps: Telemetry, token: str, tenant: str | None) -> Scope:
-    if deps.admin_token is not None and hmac.compare_digest(deps.admin_token, token):
-        return ALL
-    if deps.admission_url is None:
-        raise HTTPException(403, "only the admin token may read usage here (telemetry has no admission URL)")
-    key = hashlib.sha256(f"{token}\0{tenant or ''}".encode()).hexdigest()
-    verdict = _cache.get(key, _now())
-    if verdict is None:
-        verdict = await _check(deps, token, tenant)
-        _cache.put(key, verdict, _now())
-    if isinstance(verdict, int):
-        message = {401: "unknown bearer token", 403: f"the token may not read tenant {tenant!r}"}
-        raise HTTPException(verdict, message.get(verdict, "the token was refused"))
-    return verdict
-
-
-async def _check(deps: Telemetry, token: str, tenant: str | None) -> Scope | int:
-    if tenant is not None:
-        answer = await _ask_admission(deps, token, {"tenant": tenant, "limit": 1})
-        return Scope(tenant) if answer.status_code == 200 else answer.status_code
-    probe = await _ask_admission(deps, token, {"tenant": _PROBE_TENANT, "limit": 1})
-    if probe.status_code == 200:
-        return ALL
-    if probe.status_code != 403:
-        return probe.status_code
-    own = await _ask_admission(deps, token, {"limit": 1})
-    if own.status_code != 200:
-        return own.status_code
-    jobs = own.json()
-    if not jobs:
-        return Scope(None, nothing=True)
-    return Scope(str(jobs[0]["tenant"]))
-
-
-async def caller_scope(request: Request, tenant: str | None) -> Scope:
-    deps = _deps(request)
-    if deps.auth == "disabled":
-        return Scope(tenant)
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise HTTPException(401, "send `Authorization: Bearer <token>` (a token admission issued)")
-    scope = await _resolve(deps, token, tenant)
-    if scope.tenant is None and tenant is not None and not scope.nothing:
-        return Scope(tenant)  # the admin narrows to one tenant
-    return scope
 
 
 def _out(t: UsageTotal) -> dict[str, Any]:
@@ -216,7 +82,7 @@ async def get_usage(
     top: Annotated[int, Query(ge=0, le=100, description="top wasters to list")] = 5,
 ) -> dict[str, Any]:
     """GPU-hours allocated, used and idle, GPU memory and cost per tenant, queue, job or flavor."""
-    scope = await caller_scope(request, tenant)
+    scope = await _deps(request).tokens.scope(request, tenant)
     since, to = _period(start, end)
     deps = _deps(request)
     rows: list[UsageTotal] = []
@@ -271,7 +137,7 @@ async def get_usage_series(
     ] = 5,
 ) -> dict[str, Any]:
     """Per group and hour, the mean GPUs allocated, used and idle (GPU-seconds / 3600)."""
-    scope = await caller_scope(request, tenant)
+    scope = await _deps(request).tokens.scope(request, tenant)
     since, to = _period(start, end)
     if to - hour_floor(since) > timedelta(hours=MAX_HOURS):
         raise _invalid("from", f"a series covers at most {MAX_HOURS} hours; ask for a shorter period")

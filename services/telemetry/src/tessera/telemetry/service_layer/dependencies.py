@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from tessera.core.runner import ServiceContext
+from tessera.core.tenant_tokens import TenantTokens
 from tessera.telemetry.domain.attributed import Attributor
 from tessera.telemetry.domain.model import GpuSource
 from tessera.telemetry.domain.monitor import Monitor
@@ -32,10 +33,8 @@ class Telemetry:
     usage_nodes: list[str] | None = None
     #: the nodes whose own sources stand in for PodResources, and why: a readiness condition
     attribution_problems: dict[str, str] = field(default_factory=dict)
-    #: whose usage GET /v1/usage shows (see entrypoints/usage_api.py)
-    auth: str = "required"
-    admin_token: str | None = None
-    admission_url: str | None = None
+    #: whose usage GET /v1/usage shows, as admission says; by default only a configured admin token reads
+    tokens: TenantTokens = field(default_factory=TenantTokens)
     currency: str = "USD"
 
     def uow(self) -> TelemetryUnitOfWork:

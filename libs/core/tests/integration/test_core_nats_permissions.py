@@ -16,9 +16,12 @@ from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from tessera.contracts import subjects
+from tessera.core.db.uow import UnitOfWork
 from tessera.core.embedded import NatsServer
 from tessera.core.embedded.nats_auth import NatsAuth
 from tessera.core.messaging.connection import connect_nats
+from tessera.core.messaging.consumer import ConsumerRunner
+from tessera.core.messaging.consumer_spec import ConsumerSpec
 from tessera.core.messaging.permissions import (
     ADMIN_USER,
     TRAFFIC,
@@ -27,6 +30,7 @@ from tessera.core.messaging.permissions import (
     tenant_user,
 )
 from tessera.core.messaging.streams import StreamLimits, ensure_stream
+from tessera.core.observability.metrics import Metrics
 
 pytestmark = pytest.mark.integration
 
@@ -225,3 +229,34 @@ async def test_a_tenant_added_later_gets_its_user_on_reload_and_its_credentials_
     ack = await nc.jetstream().publish(document["subject"], b"{}")
     assert ack.stream == "TESSERA_ADMISSION"
     await nc.close()
+
+
+async def _never_called(uow: object, envelope: object) -> None:
+    raise AssertionError("no message is handled here")
+
+
+async def test_the_runner_subscribes_every_consumer_with_its_services_user_alone(
+    secured: tuple[NatsServer, NatsAuth], streams: None
+) -> None:
+    """The consumer runner's own subscription (its stream's info, the durable consumer's info, its
+    creation or update, the ack floor) is all the service's user may do: what it asks for beyond
+    the permissions table shows as a refusal, and the subscription never completes."""
+    server, auth = secured
+    for service, traffic in TRAFFIC.items():
+        refusals = Refusals()
+        nc = await connect(server, auth, service_user(service), refusals)
+        for consumer in traffic.consumes:
+            spec: ConsumerSpec[UnitOfWork] = ConsumerSpec(
+                consumer.name, consumer.stream_owner, consumer.filter_subject, _never_called
+            )
+            runner: ConsumerRunner[UnitOfWork] = ConsumerRunner(
+                nc.jetstream(), spec, _no_uow, service, Metrics(), asyncio.Event()
+            )
+            await asyncio.wait_for(runner._subscribe(), timeout=20)
+            assert runner.subscribed.is_set(), (service, consumer.name)
+        await nc.close()
+        assert refusals.errors == [], (service, refusals.errors)
+
+
+def _no_uow() -> UnitOfWork:
+    raise AssertionError("no unit of work is opened here")

@@ -136,11 +136,14 @@ def inbox_prefix(user: str) -> str:
 
 
 def consumer_subjects(consumer: Consumption) -> list[str]:
-    """What reading one durable pull consumer takes: look it up, create it, pull from it, ack. The
-    create request names the filter in its subject (nats.py does so for a named consumer; the server
-    refuses a config whose filter differs), so a user cannot widen its consumer to other subjects."""
+    """What reading one durable pull consumer takes: look up its stream (the runner tells a stream
+    created anew by its creation time) and the consumer, create it, pull from it, ack. The create
+    request names the filter in its subject (nats.py does so for a named consumer; the server
+    refuses a config whose filter differs), so a user cannot widen its consumer to other subjects.
+    A stream's info is its configuration and counters, no message."""
     stream, name = consumer.stream, consumer.name
     return [
+        f"{JS_API}.STREAM.INFO.{stream}",
         f"{JS_API}.CONSUMER.INFO.{stream}.{name}",
         f"{JS_API}.CONSUMER.CREATE.{stream}.{name}.{consumer.filter_subject}",
         f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{name}",

@@ -86,22 +86,17 @@ class ConsumerRunner(PullLoop[UowT]):
         started = time.perf_counter()
         self._observe_delivery(msgs)
         decoded: list[tuple[Msg, Envelope]] = []
+        past: list[tuple[Msg, Envelope]] = []
         for msg in msgs:
             refused = self._intake(msg)
             if isinstance(refused, tuple):
                 with _message_context(msg.headers, ""):
                     await self.dead_letter(msg, refused[1], kind=refused[0])
                 continue
-            deliveries = msg.metadata.num_delivered or 1
-            if deliveries > self.spec.max_deliver:
-                # The durable consumer sets no limit (the runner counts): a message comes back past
-                # it when its handling never finished (it crashed the process, say) or its
-                # dead-letter copy was not stored. It is dead-lettered without running again.
-                with _message_context(refused.headers, refused.subject):
-                    reason = f"delivered {deliveries} times, over the limit of {self.spec.max_deliver}"
-                    await self.dead_letter(msg, reason, kind="exhausted", envelope=refused)
-                continue
-            decoded.append((msg, refused))
+            over = (msg.metadata.num_delivered or 1) > self.spec.max_deliver
+            (past if over else decoded).append((msg, refused))
+        if past:
+            await self._settle_past_limit(past)
         if not decoded:
             return
         outcomes, whole_batch_failed = await self._attempt(decoded)
@@ -122,6 +117,34 @@ class ConsumerRunner(PullLoop[UowT]):
         elapsed = (time.perf_counter() - started) / len(decoded)
         for _ in decoded:
             self.metrics.handle_seconds.labels(self.spec.name).observe(elapsed)
+
+    async def _settle_past_limit(self, past: list[tuple[Msg, Envelope]]) -> None:
+        """Messages delivered past the limit (the durable consumer sets none; the runner counts):
+        handled and committed but their ack lost, or their handling never finished (it crashed the
+        process, say), or their dead-letter copy was not stored. Those the inbox holds are acked as
+        the duplicates they are; the others are dead-lettered without running again. When the inbox
+        cannot be read they are nak'd, and looked at again when they come back."""
+        try:
+            async with self.uow_factory() as uow:  # never committed: the inbox is only read
+                handled = await uow.seen_many(self.spec.name, [envelope.id for _, envelope in past])
+        except Exception as exc:
+            self._failures.warning(
+                f"past-limit:{type(exc).__name__}",
+                "reading the inbox for messages past the delivery limit failed; will retry",
+                extra={"consumer": self.spec.name, "error": repr(exc), "messages": len(past)},
+            )
+            for msg, _ in past:
+                await msg.nak(delay=self.backoff(msg.metadata.num_delivered or 1))
+            return
+        for msg, envelope in past:
+            with _message_context(envelope.headers, envelope.subject):
+                if envelope.id in handled:
+                    await msg.ack()
+                    self.metrics.messages.labels(self.spec.name, "duplicate").inc()
+                    continue
+                deliveries = msg.metadata.num_delivered or 1
+                reason = f"delivered {deliveries} times, over the limit of {self.spec.max_deliver}"
+                await self.dead_letter(msg, reason, kind="exhausted", envelope=envelope)
 
     async def _attempt(
         self, decoded: list[tuple[Msg, Envelope]]

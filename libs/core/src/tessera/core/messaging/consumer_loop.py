@@ -63,6 +63,8 @@ class PullLoop(Generic[UowT]):
     _floor_read_at: float | None = None
     _floor_stale: bool = False
     """messages were delivered since the ack floor was last read"""
+    _limit_lifted: bool = False
+    """the durable consumer is known to deliver without a limit (:meth:`_deliver_without_limit`)"""
 
     async def handle_batch(self, msgs: list[Msg]) -> None:
         raise NotImplementedError
@@ -84,13 +86,17 @@ class PullLoop(Generic[UowT]):
         not: a message whose dead-letter copy could not be stored on its last delivery would stay
         in its stream for ever. The runner counts deliveries itself (a message past its spec's
         `max_deliver` is dead-lettered), so a durable consumer created with a limit (by an earlier
-        release) is updated to have none."""
-        if info is None or info.config.max_deliver in (None, -1, 0):
+        release) is updated to have none. Until that is done, every ack floor read tries again."""
+        if info is None:
+            return
+        if info.config.max_deliver in (None, -1, 0):
+            self._limit_lifted = True
             return
         try:
             await self.js.add_consumer(stream, config=info.config.evolve(max_deliver=-1))
+            self._limit_lifted = True
             log.info("the durable consumer now delivers without a limit", extra={"consumer": self.spec.name})
-        except Exception as exc:  # tried again at the next subscription
+        except Exception as exc:  # tried again at the next ack floor read
             log.warning(
                 "lifting the durable consumer's delivery limit failed",
                 extra={"consumer": self.spec.name, "error": repr(exc)},
@@ -98,15 +104,15 @@ class PullLoop(Generic[UowT]):
 
     async def _read_ack_floor_if_due(self, sub: JetStreamContext.PullSubscription, *, idle: bool) -> None:
         """Read the ack floor on the first idle fetch after deliveries, and every few seconds at
-        most while busy: one request per consumer then, none while nothing comes."""
-        if not self._floor_stale:
+        most while busy: one request per consumer then, none while nothing comes, unless the
+        durable consumer's delivery limit is not yet lifted (its info could not be read when
+        subscribing, say): then every few seconds, and the limit is lifted once it is read."""
+        due = self._floor_read_at is None or time.monotonic() - self._floor_read_at >= ACK_FLOOR_REFRESH_S
+        if not (self._floor_stale and (idle or due)) and (self._limit_lifted or not due):
             return
-        if (
-            idle
-            or self._floor_read_at is None
-            or time.monotonic() - self._floor_read_at >= ACK_FLOOR_REFRESH_S
-        ):
-            await self._read_ack_floor(sub)
+        info = await self._read_ack_floor(sub)
+        if not self._limit_lifted:
+            await self._deliver_without_limit(subjects.stream_name(self.spec.stream_owner), info)
 
     async def _subscribe(self) -> JetStreamContext.PullSubscription:
         """Bind to the durable consumer, creating it when it is not there (from the stream's start,
@@ -139,6 +145,7 @@ class PullLoop(Generic[UowT]):
                     config=config,
                 )
                 self._stream_created = info.created
+                self._limit_lifted = False
                 await self._deliver_without_limit(stream, await self._read_ack_floor(sub))
                 self.subscribed.set()
                 return sub

@@ -42,7 +42,10 @@ class Evicting(Cluster):
 
     def __init__(self) -> None:
         super().__init__()
-        self.evictions = Evictions(lambda key: self.pods[key].uid if key in self.pods else None)
+        # the clock stands still: a refused eviction stays within its backoff unless a test moves it
+        self.evictions = Evictions(
+            lambda key: self.pods[key].uid if key in self.pods else None, clock=lambda: 0.0
+        )
         self.refuse: set[str] = set()
 
     def evict(self, allocation: Allocation) -> None:
@@ -213,6 +216,7 @@ async def test_the_engine_adopts_a_member_whose_eviction_a_budget_refused(uow: A
 
 
 async def test_a_pod_of_no_gang_the_cache_cannot_hold_is_evicted_once_whatever_its_events() -> None:
+    """Within the backoff of a refused eviction (the clock stands still here)."""
     cluster, repo = Evicting(), Repo()
     state, watches = world(cluster, nodes=1)
     state.evictions = cluster.evictions
@@ -259,7 +263,7 @@ class CountsEvictions(FakeCluster):
         await super().evict(ref, grace_period_seconds)
 
 
-async def test_a_rebuild_evicts_a_pod_of_ours_whose_gang_is_gone_once(uow: Any) -> None:
+async def test_a_rebuild_evicts_a_pod_of_ours_whose_gang_is_gone_once_per_backoff(uow: Any) -> None:
     fake = CountsEvictions()
     fake.add_node(gpu_node("gpu-0", "A100-80GB", 8))
     uuids = [gpu.uuid for gpu in gpu_node("gpu-0", "A100-80GB", 8).gpus]
@@ -295,14 +299,20 @@ async def test_a_rebuild_evicts_a_pod_of_ours_whose_gang_is_gone_once(uow: Any) 
         fake.add_pod(dataclasses.replace(late, annotations={"seen": "again"}))
         await settle()
         await cycles(engine, clock, 2)
-        assert fake.asked == ["w0"], "once"
+        assert fake.asked == ["w0"], "once within the backoff (30 s)"
+
+        clock[0] += 30.0  # past the backoff: a cycle asks again, no rebuild or event needed
+        await cycles(engine, clock, 1)
+        assert fake.asked == ["w0", "w0"], "again after the backoff"
+        await cycles(engine, clock, 2)
+        assert fake.asked == ["w0", "w0"], "refused again: the backoff doubles"
 
         fake.block_eviction(PodRef("ml", "w0"), blocked=False)
         fake.add_pod(dataclasses.replace(late, uid="w0-2"))  # made again under its name
         await settle()
         engine.state = None
         await cycles(engine, clock, 2)
-        assert fake.asked == ["w0", "w0"] and len(fake.evictions) == 1, "the new pod is evicted too"
+        assert fake.asked == ["w0", "w0", "w0"] and len(fake.evictions) == 1, "the new pod is evicted too"
     finally:
         await side.stop()
 

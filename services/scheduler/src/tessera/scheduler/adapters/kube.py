@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,18 +41,26 @@ class Evictions:
     ``uid_of`` gives the uid of the pod of a key as the watches see it (None: no such pod);
     ``on_refused`` is told the key of a pod whose eviction was refused (it may rejoin its gang now,
     though no watch event of it may come for a while). Those refused are remembered too, until
-    they are seen going: a pod the scheduler evicts for belonging to no gang is asked once
-    (:meth:`tried`), not again at each of its events."""
+    they are seen going: a pod the scheduler evicts for belonging to no gang is asked again only
+    after a backoff (``retry_s``, doubling at each refusal up to ``max_retry_s``, by ``clock``), not
+    at each of its events (:meth:`tried`), and not never: a refusal may pass (:meth:`due`)."""
 
     def __init__(
         self,
         uid_of: Callable[[str], str | None] = lambda _: None,
         on_refused: Callable[[str], None] = lambda _: None,
+        clock: Callable[[], float] = time.time,
+        retry_s: float = 30.0,
+        max_retry_s: float = 300.0,
     ) -> None:
         self._uid_of = uid_of
         self._on_refused = on_refused
+        self.clock = clock
+        self.retry_s = retry_s
+        self.max_retry_s = max_retry_s
         self._asked: set[Asked] = set()
-        self._refused: set[Asked] = set()
+        self._refusals: dict[Asked, int] = {}
+        self._retry_at: dict[Asked, float] = {}
 
     def asked(self, pod: str) -> Asked | None:
         """The scheduler asks to evict ``pod``: noted under its current uid, which is returned."""
@@ -61,10 +71,14 @@ class Evictions:
         return pod, uid
 
     def refused(self, asked: Asked | None) -> None:
-        """The eviction was refused (a disruption budget, throttling, no answer): the pod stays."""
+        """The eviction was refused (a disruption budget, throttling, no answer): the pod stays, and
+        may be asked again after the backoff."""
         if asked is not None and asked in self._asked:
             self._asked.discard(asked)
-            self._refused.add(asked)
+            count = self._refusals.get(asked, 0) + 1
+            self._refusals[asked] = count
+            backoff = min(self.retry_s * 2 ** min(count - 1, 32), self.max_retry_s)
+            self._retry_at[asked] = self.clock() + backoff
             self._on_refused(asked[0])
 
     def pending(self, pod: Pod) -> bool:
@@ -76,17 +90,28 @@ class Evictions:
         return asked in self._asked
 
     def tried(self, pod: Pod) -> bool:
-        """Whether the scheduler asked to evict ``pod`` (the same uid) since it was last seen going,
-        whether or not the eviction was refused."""
+        """Whether the scheduler asked to evict ``pod`` (the same uid) since it was last seen going
+        and is not to ask again yet: the eviction is pending, or was refused within the backoff."""
         asked = (pod_key(pod), pod.uid)
-        return self.pending(pod) or asked in self._refused
+        return self.pending(pod) or self.clock() < self._retry_at.get(asked, -math.inf)
+
+    def due(self) -> list[Asked]:
+        """The pods whose eviction was refused and may be asked again now (none pending)."""
+        now = self.clock()
+        return [asked for asked, at in self._retry_at.items() if at <= now and asked not in self._asked]
+
+    def forget(self, asked: Asked) -> None:
+        """A refused pod not to evict again (it rejoined a live gang, or is no longer there)."""
+        self._refusals.pop(asked, None)
+        self._retry_at.pop(asked, None)
 
     def gone(self, pod: Pod | Asked | None) -> None:
         """``pod`` is gone from the cluster."""
         if isinstance(pod, Pod):
             pod = pod_key(pod), pod.uid
-        self._asked.discard(pod)
-        self._refused.discard(pod)
+        if pod is not None:
+            self._asked.discard(pod)
+            self.forget(pod)
 
 
 @dataclass
@@ -184,7 +209,8 @@ class ClusterBinder:
             self.evictions.gone(asked)
         except (ClusterError, OSError, TimeoutError) as error:
             self.evictions.refused(asked)
-            # The pod keeps running; it is found bound below quorum at the next rebuild and evicted again.
+            # The pod keeps running. A member of a gang bound below quorum is evicted again at the
+            # next rebuild; a pod of no live gang after the backoff (Evictions.due, Evictions.tried).
             log.warning("eviction failed", extra={"pod": pod, "error": str(error)})
 
     def _on_loop(self) -> bool:

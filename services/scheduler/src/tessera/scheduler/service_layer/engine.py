@@ -93,6 +93,7 @@ class SchedulingEngine:
     def attach(self, cluster: ClusterSide) -> None:
         """Watch and bind through ``cluster`` from the next rebuild on; its watch events feed the cycles."""
         cluster.subscribe(self.on_watch)
+        cluster.evictions.clock = self.clock  # refused evictions are asked again by the loop's time
         self.cluster = cluster
 
     # -- inputs (safe from handlers after commit and from watch callbacks) ------------------------
@@ -201,6 +202,7 @@ class SchedulingEngine:
                 while self._events:
                     kind, event = self._events.popleft()
                     outcomes += await watches.apply(repo, kind, event)
+                watches.retry_evictions()  # refused evictions whose backoff is over
             while self._unhealthy:
                 node, index = self._unhealthy.popleft()
                 if node in state.nodes:

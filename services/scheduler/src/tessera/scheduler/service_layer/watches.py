@@ -291,7 +291,7 @@ class WatchState:
 
     def let_go(self, pod: Pod) -> None:
         """A pod bound by our bind whose gang is gone (finished, forgotten): it holds what it uses,
-        in no gang's name (if the cache can fit it), and is evicted again, once
+        in no gang's name (if the cache can fit it), and is evicted again, once per backoff
         (:meth:`evict_once`); it stays a member of no gang and of any gang it joins (:meth:`adopt`)."""
         cache, key = self.state.assembly.cache, pod_key(pod)
         if cache.allocation(key) is not None or pod.node_name not in self.state.nodes:
@@ -302,18 +302,35 @@ class WatchState:
     def let_go_held(self) -> None:
         """After a rebuild (and the native gangs' refresh): a pod bound by our bind that the cache
         holds for no gang and whose gang is not live (a finished job's, an earlier leader's bind
-        landing late) holds what it uses and is evicted, once (:meth:`evict_once`), as its events
-        would have it (:meth:`let_go`)."""
+        landing late) holds what it uses and is evicted, once per backoff (:meth:`evict_once`), as its
+        events would have it (:meth:`let_go`)."""
         cache = self.state.assembly.cache
         for pod in list(self.cluster.cache.pods.store.values()):
             live = our_bind(pod) and not pod.terminated and not pod.deleting
             if live and held_by_others(cache, pod_key(pod)) and not self.live(pod):
                 self.evict_once(pod)
 
+    def retry_evictions(self) -> None:
+        """Each cycle: a pod of no live gang whose eviction was refused is asked again once its
+        backoff is over (:meth:`~tessera.scheduler.adapters.kube.Evictions.due`): one the cache holds
+        has no event that would. A refused pod gone, or in a live gang now, is forgotten."""
+        evictions, cache = self.state.evictions, self.state.assembly.cache
+        for key, uid in evictions.due():
+            pod = self.cluster.cache.pods.store.get(key)
+            if pod is None or pod.uid != uid or pod.terminated or pod.deleting or not our_bind(pod):
+                evictions.forget((key, uid))
+            elif self.live(pod) or not (cache.allocation(key) is None or held_by_others(cache, key)):
+                evictions.forget((key, uid))  # in a live gang: not to evict
+            elif cache.allocation(key) is None:
+                self.let_go(pod)
+            else:
+                self.evict_once(pod)
+
     def evict_once(self, pod: Pod) -> None:
         """Evict a pod bound by our bind that belongs to no live gang, unless the scheduler already
-        asked to evict it (the same uid) since it was last seen going: one the cache could not hold
-        comes here at each of its events, and a refused eviction is not asked again."""
+        asked to evict it (the same uid) since it was last seen going and its eviction is pending or
+        was refused within the backoff: one the cache could not hold comes here at each of its
+        events, and a refused eviction is asked again after the backoff, not at each event."""
         if self.state.evictions.tried(pod):
             return
         key = pod_key(pod)

@@ -21,7 +21,8 @@ class Database:
     def __init__(self, down_for_probes: int) -> None:
         self.down = down_for_probes > 0
         self.probes_left = down_for_probes
-        self.inbox: set[str] = set()
+        self.inbox: set[tuple[str, str]] = set()
+        """(consumer, message id)"""
         self.handled: list[str] = []
 
     def check(self) -> None:
@@ -34,7 +35,7 @@ class UnitOfWork:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self.pending: set[str] = set()
+        self.pending: set[tuple[str, str]] = set()
 
     async def __aenter__(self) -> UnitOfWork:
         return self
@@ -57,21 +58,18 @@ class UnitOfWork:
             self.db.down = self.db.probes_left > 0
             raise ConnectionRefusedError(111, "Connect call failed")
 
-    async def seen(self, _: str, message_id: str) -> bool:
-        self.db.check()
-        duplicate = message_id in self.db.inbox
-        self.pending.add(message_id)
-        return duplicate
+    async def seen(self, consumer: str, message_id: str) -> bool:
+        return bool(await self.seen_many(consumer, [message_id]))
 
-    async def seen_many(self, _: str, message_ids: list[str]) -> set[str]:
+    async def seen_many(self, consumer: str, message_ids: list[str]) -> set[str]:
         self.db.check()
-        duplicates = {m for m in message_ids if m in self.db.inbox}
-        self.pending |= set(message_ids) - duplicates
+        duplicates = {m for m in message_ids if (consumer, m) in self.db.inbox}
+        self.pending |= {(consumer, m) for m in message_ids} - self.db.inbox
         return duplicates
 
-    async def unsee(self, _: str, message_ids: list[str]) -> None:
+    async def unsee(self, consumer: str, message_ids: list[str]) -> None:
         self.db.check()
-        self.pending -= set(message_ids)
+        self.pending -= {(consumer, m) for m in message_ids}
 
     async def flush_events(self) -> None:
         self.db.check()

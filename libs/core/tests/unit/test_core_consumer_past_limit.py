@@ -4,6 +4,8 @@ dead-lettered only when it was never handled: one handled whose ack was lost is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from dataclasses import replace
 from typing import Any
 
 from tessera.core.messaging.consumer import ConsumerRunner, ConsumerSpec, DeadLetter
@@ -43,7 +45,7 @@ class Service:
 
 
 def redelivery(msg: Msg, deliveries: int) -> Msg:
-    again = Msg("job-1")
+    again = Msg(msg.subject)
     again.headers, again.data = msg.headers, msg.data
     again.metadata.num_delivered = deliveries
     return again
@@ -62,15 +64,44 @@ async def test_a_message_handled_on_its_last_delivery_whose_ack_was_lost_is_acke
     assert service.handled == ["job-1"], "not run again"
 
 
-async def test_a_message_past_the_limit_never_handled_is_dead_lettered_without_running() -> None:
+async def test_past_the_limit_a_message_tried_alone_is_dead_lettered_and_one_never_tried_alone_runs_once() -> (
+    None
+):
     service = Service(Database(down_for_probes=0))
-    handled = redelivery(Msg("job-2"), 4)
-    service.db.inbox.add(handled.headers["ce-id"])
-    never = redelivery(Msg("job-1"), 4)
-    await service.runner().handle_batch([handled, never])  # type: ignore[list-item]
-    assert (handled.settled, never.settled) == (["ack"], ["term"])
-    assert (service.js.published, service.handled) == (["tessera.admission.dlq.c"], [])
+    handled, tried, untried = (redelivery(Msg(job), 4) for job in ("job-1", "job-2", "job-3"))
+    service.db.inbox |= {("c", handled.headers["ce-id"]), ("c.tried", tried.headers["ce-id"])}
+    await service.runner().handle_batch([handled, tried, untried])  # type: ignore[list-item]
+    assert (handled.settled, tried.settled, untried.settled) == (["ack"], ["term"], ["ack"])
+    assert (service.js.published, service.handled) == (["tessera.admission.dlq.c"], ["job-3"])
     assert service.told == ["delivered 4 times, over the limit of 3"]
+
+
+class Crash(BaseException):
+    """The process dies while the handler runs: nothing of its transaction is committed."""
+
+
+async def test_a_message_crashing_the_process_is_dead_lettered_alone_and_those_fetched_with_it_are_handled() -> (
+    None
+):
+    service = Service(Database(down_for_probes=0))
+
+    async def handler(envelope: Envelope, uow: Any) -> None:
+        if envelope.subject == "job-1":
+            raise Crash
+        service.handled.append(envelope.subject)
+
+    consumer = service.runner()
+    consumer.spec = replace(consumer.spec, handler=handler)
+    pending = [Msg(job) for job in ("job-1", "job-2", "job-3")]
+    for deliveries in range(1, 10):  # each crash: every unsettled message is delivered again
+        pending = [redelivery(msg, deliveries) for msg in pending if not msg.settled]
+        if not pending:
+            break
+        with contextlib.suppress(Crash):
+            await consumer.handle_batch(pending)  # type: ignore[arg-type]
+    assert sorted(service.handled) == ["job-2", "job-3"], "handled, not dead-lettered"
+    assert service.told == ["delivered 4 times, over the limit of 3"], "only the one that crashes"
+    assert service.js.published == ["tessera.admission.dlq.c"]
 
 
 async def test_a_message_past_the_limit_is_nakd_while_the_inbox_cannot_be_read() -> None:

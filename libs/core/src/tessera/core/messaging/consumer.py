@@ -63,6 +63,7 @@ class ConsumerRunner(PullLoop[UowT]):
         self.subscribed = asyncio.Event()
         self.dlq_subject = subjects.dead_letter(service, spec.name)
         self.stream = subjects.stream_name(spec.stream_owner)
+        self._tried = f"{spec.name}.tried"
         self._failures = RateLimitedLog(log)
         self._dead_letters = DeadLetterPublish(js, self.dlq_subject, spec.name, self._failures)
 
@@ -80,25 +81,50 @@ class ConsumerRunner(PullLoop[UowT]):
         """Handle a fetched batch in one transaction, so one commit (one WAL flush) covers the batch
         while a failing message rolls back alone (:meth:`_attempt`). Commit, then ack.
 
+        A message delivered again runs in a batch of its own, after the others, marked in the inbox
+        (`<consumer>.tried`) before it runs: one that crashes the process, raising the delivery
+        count of every message fetched with it, takes none of them down with it (a message past the
+        limit never tried alone runs once alone, :meth:`_settle_past_limit`).
+
         A batch that fails while the database does not answer is no fault of its messages: they are
         held (their ack deadline extended) and the batch runs again once the database answers, so an
         outage spends none of their deliveries and sends none of them to the dead-letter subject."""
-        started = time.perf_counter()
         self._observe_delivery(msgs)
         decoded: list[tuple[Msg, Envelope]] = []
         past: list[tuple[Msg, Envelope]] = []
+        alone: list[tuple[Msg, Envelope]] = []
         for msg in msgs:
             refused = self._intake(msg)
             if isinstance(refused, tuple):
                 with _message_context(msg.headers, ""):
                     await self.dead_letter(msg, refused[1], kind=refused[0])
                 continue
-            over = (msg.metadata.num_delivered or 1) > self.spec.max_deliver
-            (past if over else decoded).append((msg, refused))
+            deliveries = msg.metadata.num_delivered or 1
+            over = deliveries > self.spec.max_deliver
+            (past if over else alone if deliveries > 1 else decoded).append((msg, refused))
+        await self._handle_together(decoded)
         if past:
-            await self._settle_past_limit(past)
+            alone += await self._settle_past_limit(past)
+        for one in alone:
+            await self._handle_alone(one)
+
+    async def _handle_alone(self, one: tuple[Msg, Envelope]) -> None:
+        """Mark the message tried alone (committed before it runs), then run it in its own batch."""
+        try:
+            async with self.uow_factory() as uow:
+                await uow.seen(self._tried, one[1].id)
+                await uow.commit()
+        except Exception as exc:  # the database away: the batch below is held until it answers
+            extra = {"consumer": self.spec.name, "error": repr(exc)}
+            self._failures.warning(
+                f"tried:{type(exc).__name__}", "marking a message tried failed", extra=extra
+            )
+        await self._handle_together([one])
+
+    async def _handle_together(self, decoded: list[tuple[Msg, Envelope]]) -> None:
         if not decoded:
             return
+        started = time.perf_counter()
         outcomes, whole_batch_failed = await self._attempt(decoded)
         while (
             any(isinstance(o, BaseException) for _, _, o in outcomes) and not await self._database_answers()
@@ -118,15 +144,16 @@ class ConsumerRunner(PullLoop[UowT]):
         for _ in decoded:
             self.metrics.handle_seconds.labels(self.spec.name).observe(elapsed)
 
-    async def _settle_past_limit(self, past: list[tuple[Msg, Envelope]]) -> None:
-        """Messages delivered past the limit (the durable consumer sets none; the runner counts):
-        handled and committed but their ack lost, or their handling never finished (it crashed the
-        process, say), or their dead-letter copy was not stored. Those the inbox holds are acked as
-        the duplicates they are; the others are dead-lettered without running again. When the inbox
-        cannot be read they are nak'd, and looked at again when they come back."""
+    async def _settle_past_limit(self, past: list[tuple[Msg, Envelope]]) -> list[tuple[Msg, Envelope]]:
+        """Messages delivered past the limit (the runner counts, the durable consumer sets none):
+        those handled (their ack lost) are acked, those tried alone before (a crash, a copy not
+        stored) dead-lettered without running again, and the others (fetched with one that crashed
+        the process) returned to run once alone. Nak'd while the inbox cannot be read."""
+        ids = [envelope.id for _, envelope in past]
         try:
             async with self.uow_factory() as uow:  # never committed: the inbox is only read
-                handled = await uow.seen_many(self.spec.name, [envelope.id for _, envelope in past])
+                handled = await uow.seen_many(self.spec.name, ids)
+                tried = await uow.seen_many(self._tried, ids)
         except Exception as exc:
             self._failures.warning(
                 f"past-limit:{type(exc).__name__}",
@@ -135,8 +162,12 @@ class ConsumerRunner(PullLoop[UowT]):
             )
             for msg, _ in past:
                 await msg.nak(delay=self.backoff(msg.metadata.num_delivered or 1))
-            return
+            return []
+        untried: list[tuple[Msg, Envelope]] = []
         for msg, envelope in past:
+            if envelope.id not in handled and envelope.id not in tried:
+                untried.append((msg, envelope))
+                continue
             with _message_context(envelope.headers, envelope.subject):
                 if envelope.id in handled:
                     await msg.ack()
@@ -145,6 +176,7 @@ class ConsumerRunner(PullLoop[UowT]):
                 deliveries = msg.metadata.num_delivered or 1
                 reason = f"delivered {deliveries} times, over the limit of {self.spec.max_deliver}"
                 await self.dead_letter(msg, reason, kind="exhausted", envelope=envelope)
+        return untried
 
     async def _attempt(
         self, decoded: list[tuple[Msg, Envelope]]

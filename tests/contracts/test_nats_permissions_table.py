@@ -74,9 +74,16 @@ def test_a_service_may_publish_in_its_own_stream_and_no_other_but_what_it_sends(
     publish = service_permissions(service).publish
     plain = {p for p in publish if not p.startswith("$")}
     assert plain == {subjects.stream_subjects(service), *TRAFFIC[service].sends}
-    # JetStream: its own stream's administration; consumers only those it reads, each with its filter
-    streams = {p.split(".")[4] for p in publish if p.startswith("$JS.API.STREAM.")}
-    assert streams == {subjects.stream_name(service)}
+    # JetStream: its own stream's administration, and the info (configuration and counters, no
+    # message) of the streams it reads; consumers only those it reads, each with its filter
+    own = subjects.stream_name(service)
+    by_verb: dict[str, set[str]] = {}
+    for p in publish:
+        if p.startswith("$JS.API.STREAM."):
+            verb, stream = p.split(".")[3:5]
+            by_verb.setdefault(verb, set()).add(stream)
+    consumed = {c.stream for c in TRAFFIC[service].consumes}
+    assert by_verb == {"CREATE": {own}, "UPDATE": {own}, "INFO": {own} | consumed}
     for consumer in TRAFFIC[service].consumes:
         create = f"$JS.API.CONSUMER.CREATE.{consumer.stream}.{consumer.name}.{consumer.filter_subject}"
         assert create in publish

@@ -124,7 +124,10 @@ class WorkloadRepository:
             .select_from(jobs.join(workloads, workloads.c.job_id == jobs.c.id))
             .where(
                 workloads.c.applied.not_in([Applied.DELETED.value, Applied.UNRUNNABLE.value]),
-                or_(workloads.c.reported_at.is_(None), jobs.c.updated_at > workloads.c.reported_at),
+                # any other updated_at than the one reported, not only a later one: a cycle stamps
+                # a job's wait reason with the time it started, which may be before the job was
+                # queued and its first conditions written
+                workloads.c.reported_at.is_distinct_from(jobs.c.updated_at),
             )
             .order_by(jobs.c.updated_at)
             .limit(limit)

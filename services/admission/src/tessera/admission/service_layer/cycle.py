@@ -53,8 +53,10 @@ async def run_cycle(
 ) -> CycleReport:
     """Run one cycle in `uow` and commit it. The hooks are seams for fault and race tests;
     `observe` sees the committed cycle (the service's metrics)."""
-    now = now or datetime.now(UTC)
     await uow.gate.lock()
+    # the clock is read once the lock is held: a job queued while this cycle waited for it is then
+    # never stamped with a time before its own
+    now = now or datetime.now(UTC)
     with tracer().start_as_current_span("admission.cycle") as span:
         state = await load_cycle_state(uow, now)
         if after_load is not None:

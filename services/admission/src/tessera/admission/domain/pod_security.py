@@ -14,8 +14,9 @@ grants. The template is refused, at submission, where it would reach beyond the 
   projected-secret volumes, a volume's secret reference, `imagePullSecrets`): every tenant's Secrets
   live in the same namespace;
 - no PersistentVolumeClaim, ConfigMap, ResourceClaim, or VolumeSnapshot or claim to fill a volume
-  from, of another tenant (`tenant_objects`): a name must begin with the job's tenant and `-`; and no
-  volume filled from an object of another kind (a populator's) or another namespace.
+  from, of another tenant (`tenant_objects`): a name must begin with the job's tenant and `-`; no
+  volume filled from an object of another kind (a populator's) or another namespace; and no claim
+  that chooses the PersistentVolume it binds (`volumeName`, `selector`).
 
 Each error names its path from the job spec's root and the reason, e.g.
 `pod_groups[0].template.spec.containers[0].securityContext.privileged: ...`.

@@ -22,7 +22,11 @@ devices, and state, that its pods share), only its own tenant's objects. An ephe
 (`volumes[].ephemeral.volumeClaimTemplate.spec`) may be filled, by its `dataSource` or
 `dataSourceRef`, only from its own tenant's PersistentVolumeClaim (a clone) or VolumeSnapshot
 (`snapshot.storage.k8s.io`); a source of any other kind (a volume populator's object, whose owner
-admission cannot tell) or in another namespace is refused."""
+admission cannot tell) or in another namespace is refused. Nor may that claim bind a
+PersistentVolume of its choosing, by name (`volumeName`) or by labels (`selector`): a
+PersistentVolume is in no namespace, so its name tells no tenant, and a claim that binds it reads
+whatever another tenant left there. A job reaches a volume made for its tenant through a claim named
+for the tenant (`persistentVolumeClaim.claimName`)."""
 
 from __future__ import annotations
 
@@ -52,11 +56,16 @@ def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def data_sources(spec: Mapping[str, Any], at: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """(path, source) of each `dataSource` and `dataSourceRef` of the pod spec's ephemeral volumes."""
+def ephemeral_claims(spec: Mapping[str, Any], at: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(path, claim spec) of each of the pod spec's ephemeral volumes."""
     for i, volume in enumerate(_list(spec.get("volumes"))):
         where = f"{at}.volumes[{i}].ephemeral.volumeClaimTemplate.spec"
-        claim = _map(_map(_map(_map(volume).get("ephemeral")).get("volumeClaimTemplate")).get("spec"))
+        yield where, _map(_map(_map(_map(volume).get("ephemeral")).get("volumeClaimTemplate")).get("spec"))
+
+
+def data_sources(spec: Mapping[str, Any], at: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(path, source) of each `dataSource` and `dataSourceRef` of the pod spec's ephemeral volumes."""
+    for where, claim in ephemeral_claims(spec, at):
         for key in ("dataSource", "dataSourceRef"):
             if claim.get(key) is not None:
                 yield f"{where}.{key}", _map(claim[key])
@@ -129,15 +138,43 @@ def _source_errors(spec: Mapping[str, Any], at: str, prefix: str) -> Iterator[Fi
             )
 
 
+def _bound_volume_errors(spec: Mapping[str, Any], at: str) -> Iterator[FieldError]:
+    """A refusal for each ephemeral volume's claim that chooses the PersistentVolume it binds."""
+    for where, claim in ephemeral_claims(spec, at):
+        name = claim.get("volumeName")
+        if name not in (None, ""):
+            yield FieldError(
+                field=f"{where}.volumeName",
+                reason=f"must be unset: in the namespace tenants share, a job's claim may not bind "
+                f"PersistentVolume {name!r}, whose name tells no tenant (a PersistentVolume is in no "
+                "namespace), so it may be another tenant's; name a claim of the job's own tenant "
+                "(persistentVolumeClaim.claimName) instead",
+            )
+        selector = claim.get("selector")
+        if selector is not None and (
+            not isinstance(selector, Mapping)
+            or selector.get("matchLabels")
+            or selector.get("matchExpressions")
+        ):
+            yield FieldError(
+                field=f"{where}.selector",
+                reason="must be unset: in the namespace tenants share, a job's claim may not choose the "
+                "PersistentVolume it binds by labels: admission cannot tell whose the volumes they "
+                "select are, so they may be another tenant's; name a claim of the job's own tenant "
+                "(persistentVolumeClaim.claimName) instead",
+            )
+
+
 def foreign_object_errors(
     spec: Mapping[str, Any], at: str, tenant: str, tenants: Collection[str] = ()
 ) -> list[FieldError]:
     """A refusal for each object the pod spec (at path ``at``) names that is not ``tenant``'s, and for
-    each volume's data source whose owner cannot be told. ``tenants``: the other tenants known, so
-    that a name fitting a longer one's prefix goes to it."""
+    each volume's data source whose owner cannot be told, and for each claim that chooses the
+    PersistentVolume it binds. ``tenants``: the other tenants known, so that a name fitting a longer
+    one's prefix goes to it."""
     known = {*tenants, tenant}
     prefix = f"{tenant}-"
-    errors = list(_source_errors(spec, at, prefix))
+    errors = [*_source_errors(spec, at, prefix), *_bound_volume_errors(spec, at)]
     for path, kind, name in _references(spec, at):
         if not isinstance(name, str) or not name or (kind == "ConfigMap" and name in ANYONES):
             continue  # a missing name is the schema's to refuse

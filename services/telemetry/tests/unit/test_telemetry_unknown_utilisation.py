@@ -1,5 +1,5 @@
-"""Readings whose source had no utilisation (dcgm-exporter's NaN, or a MIG instance's, which it does not
-export): their allocation, memory and cost are counted, not as 0% used nor as idle time, and they are
+"""Readings whose source had no utilisation (dcgm-exporter's NaN, or a MIG instance's without the engine
+activity, which it does not export then): their allocation, memory and cost are counted, not as 0% used nor as idle time, and they are
 not published as samples; the rest of the round is counted as before."""
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def a_sampler(js: Published) -> Any:
 
 
 def mig_reading(at: datetime) -> Reading:
-    """A GPU split into MIG instances as dcgm-exporter exports it: no DCGM_FI_DEV_GPU_UTIL at all."""
+    """A GPU split into MIG instances as dcgm-exporter exports it without its profiling fields: no
+    DCGM_FI_DEV_GPU_UTIL, no DCGM_FI_PROF_GR_ENGINE_ACTIVE."""
     labels = 'gpu="0",UUID="GPU-m",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",Hostname="n0"'
     text = "\n".join(
         [

@@ -181,7 +181,9 @@ def holders_from_pods(gpu_uuid: str, pods: Sequence[str]) -> list[Holder]:
     return out
 
 
-def _mig_fraction(model: str, profile: str) -> float:
+def mig_fraction(model: str, profile: str) -> float:
+    """The part of a GPU of `model` that a MIG instance of `profile` is: its compute slices over the
+    GPU's (1/7 when the profile cannot be read; 7 slices when the model has no MIG geometry)."""
     try:
         geometry = catalogue_model(model).mig
     except (KeyError, ValueError):
@@ -200,7 +202,7 @@ def requested_fractions(holders: Sequence[Holder], model: str = "") -> list[floa
     fractions: list[float | None] = []
     for h in holders:
         if h.mig_profile is not None:
-            fractions.append(_mig_fraction(model, h.mig_profile))
+            fractions.append(mig_fraction(model, h.mig_profile))
         elif h.milli is not None:
             fractions.append(h.milli / MILLI_PER_GPU)
         else:
@@ -231,7 +233,7 @@ def split_reading(
     if len(holders) == 1:
         h = holders[0]
         if h.mig_profile is not None:
-            alone = _mig_fraction(model, h.mig_profile)
+            alone = mig_fraction(model, h.mig_profile)
         else:
             alone = h.milli / MILLI_PER_GPU if h.milli is not None else 1.0
         return [Share(h.namespace, h.pod, h.container, alone, used, memory, SPLIT_REQUESTED)]

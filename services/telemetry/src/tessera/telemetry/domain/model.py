@@ -41,9 +41,10 @@ class Reading:
     processes: tuple[GpuProcess, ...] | None = None
     #: the UUIDs of the GPU's MIG devices, so PodResources' MIG device ids find their GPU
     mig_devices: tuple[str, ...] = ()
-    #: False when the source had no utilisation for this reading (dcgm-exporter's NaN, or the field not
-    #: exported, as for MIG instances): `utilization_pct` is then 0.0 and means nothing; usage counts the
-    #: reading's allocation and cost but no use or idle time, idle detection and the samples leave it out
+    #: False when the source had no utilisation for this reading (dcgm-exporter's NaN, or neither its
+    #: utilisation nor its engine activity exported): `utilization_pct` is then 0.0 and means nothing;
+    #: usage counts the reading's allocation and cost but no use or idle time, idle detection and the
+    #: samples leave it out
     utilization_known: bool = True
 
     @property

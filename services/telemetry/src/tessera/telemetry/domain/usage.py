@@ -12,9 +12,10 @@ telemetry outage is not billed as use). It is added to the row of its hour (`Usa
   the run in progress, so a restart continues it);
 * **cost**: allocated GPU-hours times the flavor's price per GPU-hour (spot or on-demand).
 
-A reading without a utilisation (`utilization_known=False`: dcgm-exporter has none for MIG instances,
-writes NaN) still counts allocated GPU-hours, memory and cost; not used or idle time. It leaves an idle
-run as it is, unless the container has had no known utilisation for over `max_gap_s`: the run ends.
+A reading without a utilisation (`utilization_known=False`: dcgm-exporter wrote NaN, or exported
+neither the utilisation nor, for a MIG instance, its engine activity) still counts allocated
+GPU-hours, memory and cost; not used or idle time. It leaves an idle run as it is, unless the
+container has had no known utilisation for over `max_gap_s`: the run ends.
 
 Rows are replaced, never incremented, when stored; each row keeps the time of the last reading it
 counted, and a reading at or before it is a duplicate. So replaying a window counts nothing twice.

@@ -7,6 +7,7 @@ read are those of dcgm-exporter's default counters:
 | metric | reading |
 |---|---|
 | DCGM_FI_DEV_GPU_UTIL (%) | utilisation |
+| DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio, when exported) | utilisation where DCGM_FI_DEV_GPU_UTIL is not |
 | DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_FB_FREE (MiB) | memory used, total = used + free |
 | DCGM_FI_DEV_POWER_USAGE (W) | power |
 | DCGM_FI_DEV_GPU_TEMP (C) | temperature |
@@ -14,10 +15,18 @@ read are those of dcgm-exporter's default counters:
 | DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, DCGM_FI_DEV_ROW_REMAP_FAILURE | uncorrectable memory errors |
 | DCGM_FI_DEV_POWER_MGMT_LIMIT (W, when exported) | power limit |
 
+A MIG instance is a label set of its GPU's with `GPU_I_ID` and `GPU_I_PROFILE` (`3g.40gb`): its values
+fold into the GPU's reading. DCGM has no DCGM_FI_DEV_GPU_UTIL for MIG instances, but the profiling
+field DCGM_FI_PROF_GR_ENGINE_ACTIVE (the part of the time the instance's graphics/compute engine was
+active, 0..1, relative to the instance) is exported per instance: the GPU's utilisation is then the
+instances' activity weighted by their part of the GPU (compute slices over the GPU's, as attribution
+weighs a MIG holder's allocation), so one holder of a 1g instance busy all the time used 1/7 of an
+A100, what it holds. An instance without a profile counts as 1/7 of the GPU, as in attribution.
+
 A value that is not finite (the exporter writes NaN where DCGM has no value, and a broken counter can
 read +Inf) counts as missing, like a field not exported: it would otherwise fail the whole scrape and
-leave every GPU of the node unread. A missing utilisation is unknown, not 0%: the reading says so
-(`utilization_known`), so a GPU without one is never taken for an idle one.
+leave every GPU of the node unread. A missing utilisation (neither field, or only NaN) is unknown,
+not 0%: the reading says so (`utilization_known`), so a GPU without one is never taken for an idle one.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.cluster.catalogue import resolve_product
 from tessera.contracts.events import GpuInventory, NodeInventory
+from tessera.telemetry.domain.attribution import mig_fraction
 from tessera.telemetry.domain.model import Reading, SourceUnavailable
 
 _ECC_METRICS = (
@@ -38,6 +48,8 @@ _ECC_METRICS = (
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_DEV_ROW_REMAP_FAILURE",
 )
+_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 
 
 @dataclass
@@ -49,6 +61,8 @@ class _Gpu:
     values: dict[str, float] = field(default_factory=dict)
     pods: set[str] = field(default_factory=set)
     mapped: bool = False  # the exporter reports pod labels for this GPU
+    #: GPU_I_ID -> (DCGM_FI_PROF_GR_ENGINE_ACTIVE, GPU_I_PROFILE) of each MIG instance exporting it
+    instances_active: dict[str, tuple[float, str]] = field(default_factory=dict)
 
 
 def parse_exposition(text: str) -> dict[str, _Gpu]:
@@ -79,10 +93,18 @@ def parse_exposition(text: str) -> dict[str, _Gpu]:
             if gpu is None:
                 gpu = gpus[uuid] = _Gpu(index, uuid, labels.get("modelName", ""), labels.get("Hostname", ""))
             name = family.name
+            instance = labels.get("GPU_I_ID")
             if not math.isfinite(sample.value):
                 pass  # no value: as if the field were not exported (the GPU and its pod still count)
+            elif name == _ENGINE_ACTIVE and instance:
+                # relative to the instance: weighed by its part of the GPU when the reading is made
+                active = gpu.instances_active.get(instance, (0.0, ""))[0]
+                gpu.instances_active[instance] = (
+                    max(active, sample.value),
+                    labels.get("GPU_I_PROFILE", ""),
+                )
             # MIG instances repeat the parent's UUID: sum what adds up, keep the worst of the rest
-            elif name in gpu.values and labels.get("GPU_I_ID"):
+            elif name in gpu.values and instance:
                 if name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"):
                     gpu.values[name] += sample.value
                 else:
@@ -104,18 +126,20 @@ def readings_from_exposition(text: str, at: datetime, node: str | None = None) -
         free = int(v.get("DCGM_FI_DEV_FB_FREE", 0))
         xid = int(v.get("DCGM_FI_DEV_XID_ERRORS", 0))
         limit = v.get("DCGM_FI_DEV_POWER_MGMT_LIMIT")
+        model = _model(gpu.model, used + free)
+        utilization = _utilization(gpu, model)
         readings.append(
             Reading(
                 node=node or gpu.hostname,
                 gpu_index=gpu.index,
                 gpu_uuid=gpu.uuid,
                 at=at,
-                utilization_pct=min(100.0, max(0.0, v.get("DCGM_FI_DEV_GPU_UTIL", 0.0))),
-                utilization_known="DCGM_FI_DEV_GPU_UTIL" in v,
+                utilization_pct=0.0 if utilization is None else utilization,
+                utilization_known=utilization is not None,
                 memory_used_mib=used,
                 power_w=max(0.0, v.get("DCGM_FI_DEV_POWER_USAGE", 0.0)),
                 temperature_c=v.get("DCGM_FI_DEV_GPU_TEMP", 0.0),
-                model=_model(gpu.model, used + free),
+                model=model,
                 memory_total_mib=used + free,
                 power_limit_w=limit if limit else None,
                 xid_errors=(xid,) if xid else (),
@@ -124,6 +148,24 @@ def readings_from_exposition(text: str, at: datetime, node: str | None = None) -
             )
         )
     return readings
+
+
+def _utilization(gpu: _Gpu, model: str) -> float | None:
+    """The GPU's utilisation (%): DCGM_FI_DEV_GPU_UTIL, else DCGM_FI_PROF_GR_ENGINE_ACTIVE (of the whole
+    GPU, or of its MIG instances weighed by their part of it); None when neither was exported."""
+    v = gpu.values
+    if _GPU_UTIL in v:
+        pct = v[_GPU_UTIL]
+    elif _ENGINE_ACTIVE in v:
+        pct = v[_ENGINE_ACTIVE] * 100.0
+    elif gpu.instances_active:
+        pct = 100.0 * sum(
+            max(0.0, min(1.0, active)) * mig_fraction(model, profile)
+            for active, profile in gpu.instances_active.values()
+        )
+    else:
+        return None
+    return min(100.0, max(0.0, pct))
 
 
 def _model(model_name: str, memory_mib: int) -> str:

@@ -100,6 +100,27 @@ async def test_a_held_pod_whose_eviction_was_refused_is_asked_again_by_the_cycle
     assert cluster.evicted == ["ns/w0", "ns/w0"], "pending: not asked again"
 
 
+async def test_a_refused_pod_whose_node_left_is_forgotten_not_checked_at_every_cycle() -> None:
+    """Before, its node gone, the pod stayed due: each cycle found nothing to evict it on and left
+    it there, to be checked again at the next, for ever."""
+    clock = [1000.0]
+    cluster, repo, state, watches = refusing_world(clock)
+    pod = cluster.pods["ns/w0"]
+    await watches.apply(repo, "pod", WatchEvent(EventType.MODIFIED, pod, "1"))
+    assert cluster.evicted == ["ns/w0"], "asked, refused"
+    await watches.apply(repo, "node", WatchEvent(EventType.DELETED, NODES["gpu-0"], "2"))
+    assert state.assembly.cache.allocation("ns/w0") is None, "its node is gone: nothing held"
+
+    clock[0] = 1031.0  # past the backoff
+    watches.retry_evictions()
+    assert cluster.evictions.due() == [], "forgotten once its node is gone"
+    assert cluster.evicted == ["ns/w0"], "no eviction asked on a node that is gone"
+
+    await watches.apply(repo, "node", WatchEvent(EventType.ADDED, NODES["gpu-0"], "3"))
+    await watches.apply(repo, "pod", WatchEvent(EventType.MODIFIED, pod, "4"))
+    assert cluster.evicted == ["ns/w0", "ns/w0"], "the node back, its next event lets it go again"
+
+
 def test_the_backoff_doubles_at_each_refusal_up_to_five_minutes() -> None:
     clock = [0.0]
     evictions = Evictions(lambda key: "u1", clock=lambda: clock[0])

@@ -313,12 +313,16 @@ class WatchState:
     def retry_evictions(self) -> None:
         """Each cycle: a pod of no live gang whose eviction was refused is asked again once its
         backoff is over (:meth:`~tessera.scheduler.adapters.kube.Evictions.due`): one the cache holds
-        has no event that would. A refused pod gone, or in a live gang now, is forgotten."""
+        has no event that would. A refused pod gone, or in a live gang now, is forgotten; so is one
+        whose node left the cluster (nothing would evict it, and it came due at every cycle for
+        ever): should the node come back, the pod's events let it go again (:meth:`let_go`)."""
         evictions, cache = self.state.evictions, self.state.assembly.cache
         for key, uid in evictions.due():
             pod = self.cluster.cache.pods.store.get(key)
             if pod is None or pod.uid != uid or pod.terminated or pod.deleting or not our_bind(pod):
                 evictions.forget((key, uid))
+            elif pod.node_name not in self.state.nodes:
+                evictions.forget((key, uid))  # its node is gone: no eviction to ask again
             elif self.live(pod) or not (cache.allocation(key) is None or held_by_others(cache, key)):
                 evictions.forget((key, uid))  # in a live gang: not to evict
             elif cache.allocation(key) is None:

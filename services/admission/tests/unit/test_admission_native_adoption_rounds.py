@@ -4,12 +4,14 @@ an in-memory cluster.
 Two admission replicas adopt at once: a workload created after one replica's listing, which another
 replica adopts before the first ends its round, is not cancelled as deleted (for Jobs, Pods and the
 groups of LeaderWorkerSets); a workload deleted is. Jobs whose objects the cluster keeps refusing
-do not take every round of the workload sync from the others."""
+do not take every round of the workload sync from the others. A LeaderWorkerSet group's Event told
+again by a round after a crash is one Event."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -336,3 +338,82 @@ async def test_a_users_own_job_keeps_its_service_account_secrets_and_host_networ
     assert await adopt_native_jobs(lambda: uow, View(cluster)) == 1
     (job_id,) = uow.fake_jobs.stored
     assert uow.job(job_id).state is JobState.QUEUED, uow.job(job_id).errors
+
+
+class Killed(Exception):
+    """The process dies here."""
+
+
+class LwsView(View):
+    """The LeaderWorkerSet's pods as the API server keeps them: released by their labels, deleted
+    (or the process killed first, with ``kill_at_delete``); and its Events by name, as the API server
+    keeps them (creating one of a name that exists changes nothing; one with no name gets a random
+    one)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        super().__init__(cluster)
+        self.named: dict[str, tuple[str, str]] = {}
+        self.kill_at_delete = False
+
+    async def label_pods(
+        self, namespace: str, labels: Mapping[str, Mapping[str, str]], release: bool
+    ) -> list[str]:
+        released = []
+        for pod in self.cluster.objects["LwsPod"]:
+            name = pod["metadata"]["name"]
+            if name in labels and pod["spec"]["schedulingGates"]:
+                pod["metadata"]["labels"].update(labels[name])
+                pod["spec"]["schedulingGates"] = []
+                released.append(name)
+        return released
+
+    async def delete(self, namespace: str, objects: Sequence[tuple[str, str]]) -> None:
+        if self.kill_at_delete:
+            raise Killed
+        gone = {name for _, name in objects}
+        self.cluster.objects["LwsPod"] = [
+            p for p in self.cluster.objects["LwsPod"] if p["metadata"]["name"] not in gone
+        ]
+
+    async def event(
+        self,
+        namespace: str,
+        job: str,
+        kind: str,
+        reason: str,
+        message: str,
+        involved: str = "Job",
+        name: str | None = None,
+    ) -> None:
+        self.named.setdefault(name or f"{job}.{uuid.uuid4().hex[:16]}", (reason, message))
+
+
+async def test_a_lws_groups_preemption_is_told_once_though_the_round_died_after_telling_it() -> None:
+    """A round tells the Preempted Event, then deletes the group's pods; killed between the two, the
+    next round finds the group released still and tells it again: under the same name, so one Event
+    (before, each told one of a random name: two). A worker made again, under the name of the one
+    before, is another release each time and gets an Event of its own."""
+    uow = UnitOfWork()
+    uow.configure(QUEUES)
+    cluster = Cluster()
+    user_creates_a_lws(cluster)
+    view = LwsView(cluster)
+    assert await sync_lws_groups(lambda: uow, view) == 1
+    (job_id,) = uow.fake_jobs.stored
+    uow.job(job_id).state = JobState.ADMITTED
+    assert await sync_lws_groups(lambda: uow, view) == 1, "released"
+    for again in ("again", "and-again"):  # its worker deleted and made again, gated
+        remade = a_lws_pod("llm-0-1", "1")
+        remade["metadata"]["uid"] = f"uid-llm-0-1-{again}"
+        cluster.objects["LwsPod"] = [cluster.objects["LwsPod"][0], remade]
+        assert await sync_lws_groups(lambda: uow, view) == 1, "the new worker released"
+
+    uow.job(job_id).state = JobState.PREEMPTED
+    view.kill_at_delete = True
+    with pytest.raises(Killed):
+        await sync_lws_groups(lambda: uow, view)
+    view.kill_at_delete = False
+    assert await sync_lws_groups(lambda: uow, view) == 1, "the next round tells it, then deletes"
+    assert cluster.objects["LwsPod"] == []
+    told = [reason for reason, _ in view.named.values()]
+    assert told == ["Queued", "Admitted", "Admitted", "Admitted", "Preempted"]

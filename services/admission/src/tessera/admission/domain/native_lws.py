@@ -13,10 +13,16 @@ LeaderWorkerSet's uid, the group's index and its leader pod's uid, so a restart 
 and a group made again (its leader deleted: by a preemption, a restart of the group, or a scale down
 and up) is a new job, as a Deployment's new pod is. As for a labelled Job (`domain.native`), its
 tenant is its namespace and its priority that of the PriorityClass its leader's template names.
+
+Each Event on the LeaderWorkerSet is named for what it tells (`group_event_name`), as the workload
+sync names its Events (`domain.workload_sync.WorkloadDue.event_name`): a round cut short after it
+told an Event, before it made the change, tells it again in a later round under the same name, which
+the API server keeps once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,6 +31,7 @@ from typing import Any
 from tessera.admission.domain.native import KubePriorities, NativeJob, priority_of
 from tessera.admission.domain.native_pods import gated
 from tessera.admission.domain.webhook import LWS_NAME_LABEL, QUEUE_LABEL
+from tessera.admission.domain.workload_sync import event_base
 from tessera.cluster.conventions.names import JOB_ID_LABEL, JOB_POD_GROUP_LABEL
 
 LWS_API = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
@@ -155,3 +162,11 @@ def group_job(lws: Mapping[str, Any], group: LwsGroup, priorities: KubePrioritie
 def member_labels(job_id: str, pod_group: str) -> dict[str, str]:
     """The labels that make a group's pod a member of its job's gang."""
     return {JOB_ID_LABEL: job_id, JOB_POD_GROUP_LABEL: pod_group}
+
+
+def group_event_name(group: LwsGroup, job_id: str, reason: str, *facts: str) -> str:
+    """The name of the Event on the group's LeaderWorkerSet that tells ``reason`` of job ``job_id``:
+    the same whenever the same change is told (``facts``: what tells one such change from the next
+    of the job, e.g. the uids of the pods released), another for another change."""
+    key = "\n".join((group.namespace, group.lws, job_id, reason, *facts))
+    return f"{event_base(group.lws)}.{hashlib.sha256(key.encode()).hexdigest()[:16]}"

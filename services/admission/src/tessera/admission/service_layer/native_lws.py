@@ -30,6 +30,7 @@ from tessera.admission.domain.native import KubePriorities
 from tessera.admission.domain.native_lws import (
     LwsGroup,
     complete,
+    group_event_name,
     group_job,
     group_job_id,
     groups_of,
@@ -58,7 +59,14 @@ class LwsCluster(Protocol):
     async def priority_classes(self) -> list[dict[str, Any]]: ...
     async def delete(self, namespace: str, objects: Sequence[tuple[str, str]]) -> None: ...
     async def event(
-        self, namespace: str, job: str, kind: str, reason: str, message: str, involved: str = "Job"
+        self,
+        namespace: str,
+        job: str,
+        kind: str,
+        reason: str,
+        message: str,
+        involved: str = "Job",
+        name: str | None = None,
     ) -> None: ...
 
 
@@ -105,9 +113,10 @@ async def sync_lws_groups(uow: Callable[[], AdmissionUnitOfWork], cluster: LwsCl
                 changed += 1
                 continue
         if state in HOLDS_QUOTA:
-            changed += await _release(cluster, group, job_id, state)
+            uids = {p: str(by_name[(group.namespace, p)]["metadata"].get("uid", "")) for p, _ in group.pods}
+            changed += await _release(cluster, group, job_id, state, uids)
         elif state in _WAITING and any(not gated(by_name[(group.namespace, p)]) for p, _ in group.pods):
-            changed += await _delete_group(cluster, group, state)
+            changed += await _delete_group(cluster, group, job_id, state)
     return changed + await _cancel_gone(uow, [row for row in known if row[0] not in present])
 
 
@@ -119,12 +128,13 @@ async def _queued(
     if errors:
         unknown = any(e.field == "queue" and "unknown" in e.reason for e in errors)
         reason = "QueueNotFound" if unknown else "Inadmissible"
-        await cluster.event(
-            group.namespace, group.lws, "Warning", reason, f"{where} inadmissible: {note}", LWS
-        )
+        message = f"{where} inadmissible: {note}"
+        name = group_event_name(group, job_id, reason)
+        await cluster.event(group.namespace, group.lws, "Warning", reason, message, LWS, name)
     else:
         message = f"{where} queued as Tessera job {job_id}: gated until admitted whole"
-        await cluster.event(group.namespace, group.lws, "Normal", "Queued", message, LWS)
+        name = group_event_name(group, job_id, "Queued")
+        await cluster.event(group.namespace, group.lws, "Normal", "Queued", message, LWS, name)
     log.info("adopted LeaderWorkerSet %s/%s %s", group.namespace, group.lws, where, extra={"job_id": job_id})
 
 
@@ -137,14 +147,19 @@ async def _say_why(
     message = f"group {group.index} waits: {waiting[0]}: {waiting[1]}"
     if record is None or record[3] == message:
         return 0
-    namespace, objects, applied, _ = record
+    namespace, objects, applied, said = record
     await work.workloads.record(job_id, namespace, objects, applied, datetime.now(UTC), message, Owner.USER)
     await work.commit()
-    await cluster.event(group.namespace, group.lws, "Normal", waiting[0], message, LWS)
+    name = group_event_name(group, job_id, waiting[0], said, message)  # the change from what was said
+    await cluster.event(group.namespace, group.lws, "Normal", waiting[0], message, LWS, name)
     return 0
 
 
-async def _release(cluster: LwsCluster, group: LwsGroup, job_id: str, state: JobState | None) -> int:
+async def _release(
+    cluster: LwsCluster, group: LwsGroup, job_id: str, state: JobState | None, uids: Mapping[str, str]
+) -> int:
+    """Release the group's pods; ``uids``: each pod's uid as listed (a worker made again has the
+    name of the one before it, and its release is another change, told by another Event)."""
     labels = {pod: member_labels(job_id, pod_group) for pod, pod_group in group.pods}
     released = await cluster.label_pods(group.namespace, labels, release=True)
     if not released:
@@ -153,13 +168,17 @@ async def _release(cluster: LwsCluster, group: LwsGroup, job_id: str, state: Job
         f"group {group.index} admitted by Tessera ({state}) as one gang: scheduling gates removed "
         f"from {', '.join(released)}"
     )
-    await cluster.event(group.namespace, group.lws, "Normal", "Admitted", message, LWS)
+    name = group_event_name(group, job_id, "Admitted", *sorted(uids.get(p, p) for p in released))
+    await cluster.event(group.namespace, group.lws, "Normal", "Admitted", message, LWS, name)
     return 1
 
 
-async def _delete_group(cluster: LwsCluster, group: LwsGroup, state: JobState | None) -> int:
+async def _delete_group(cluster: LwsCluster, group: LwsGroup, job_id: str, state: JobState | None) -> int:
+    """Tell, then delete the released group's pods; a round cut short between the two tells it again
+    in the next round, under the same name (one Event: its job's pods are deleted once)."""
     message = f"group {group.index}: job {state}: its pods deleted; the group is made again, gated"
-    await cluster.event(group.namespace, group.lws, "Normal", "Preempted", message, LWS)
+    name = group_event_name(group, job_id, "Preempted")
+    await cluster.event(group.namespace, group.lws, "Normal", "Preempted", message, LWS, name)
     await cluster.delete(group.namespace, [("Pod", pod) for pod, _ in group.pods])
     return 1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -164,3 +165,16 @@ async def test_rollups_are_replaced_by_window_and_deleted_past_the_retention_wit
         "telemetry.gpu_rollups": 1,
     }
     assert await rows(telemetry, "SELECT window_start FROM telemetry.gpu_rollups") == [(recent,)]
+
+
+async def test_a_window_without_a_known_utilisation_is_stored_with_a_null_mean_and_max(
+    telemetry: RunningService[Any],
+) -> None:
+    unknown = replace(rollup(NOW, 2), utilization_mean_pct=None, utilization_max_pct=None)
+    async with uow(telemetry) as unit:
+        await record_observation(unit, Observation(rollups=[unknown]))
+        await unit.commit()
+    query = (
+        "SELECT samples, utilization_mean_pct, utilization_max_pct, power_mean_w FROM telemetry.gpu_rollups"
+    )
+    assert await rows(telemetry, query) == [(2, None, None, 1.0)]

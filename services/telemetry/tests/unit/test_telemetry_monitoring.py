@@ -204,6 +204,20 @@ def test_a_window_closes_with_mean_and_max_when_the_next_one_starts() -> None:
     assert [r.window_start for r in builder.flush()] == [at(10)]
 
 
+def test_readings_without_a_utilisation_are_left_out_of_the_windows_utilisation_not_read_as_0() -> None:
+    """As used GPU-hours leave them out: the mean is that of the known readings, None when none is known."""
+    monitor = Monitor.with_policies(HealthPolicy(), IdlePolicy())
+    mixed = [reading(at=at(1), utilization_pct=20.0), reading(at=at(4), **UNKNOWN)]
+    mixed.append(reading(at=at(8), utilization_pct=60.0))
+    unknown = [reading(gpu_uuid="GPU-1", at=at(t), **UNKNOWN) for t in (1, 4)]
+    monitor.observe([*mixed, *unknown], now=at(9))
+    closed = {r.gpu_uuid: r for r in monitor.rollups.flush()}
+    assert (closed["GPU-0"].samples, closed["GPU-0"].memory_mean_mib) == (3, 1000.0)
+    assert (closed["GPU-0"].utilization_mean_pct, closed["GPU-0"].utilization_max_pct) == (40.0, 60.0)
+    assert (closed["GPU-1"].samples, closed["GPU-1"].temperature_mean_c) == (2, 60.0)
+    assert (closed["GPU-1"].utilization_mean_pct, closed["GPU-1"].utilization_max_pct) == (None, None)
+
+
 def test_the_monitor_flushes_windows_of_gpus_that_went_silent() -> None:
     monitor = Monitor.with_policies(HealthPolicy(), IdlePolicy())
     assert monitor.observe([reading(at=at(1))], now=at(1)).rollups == []

@@ -54,8 +54,9 @@ gpu_rollups = Table(
     Column("node", String(253), nullable=False),
     Column("gpu_index", Integer, nullable=False),
     Column("samples", Integer, nullable=False),
-    Column("utilization_mean_pct", Float, nullable=False),
-    Column("utilization_max_pct", Float, nullable=False),
+    # NULL: no reading of the window had a utilisation (telemetry_0007)
+    Column("utilization_mean_pct", Float, nullable=True),
+    Column("utilization_max_pct", Float, nullable=True),
     Column("memory_mean_mib", Float, nullable=False),
     Column("memory_max_mib", Integer, nullable=False),
     Column("power_mean_w", Float, nullable=False),

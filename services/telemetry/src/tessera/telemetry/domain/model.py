@@ -43,8 +43,8 @@ class Reading:
     mig_devices: tuple[str, ...] = ()
     #: False when the source had no utilisation for this reading (dcgm-exporter's NaN, or neither its
     #: utilisation nor its engine activity exported): `utilization_pct` is then 0.0 and means nothing;
-    #: usage counts the reading's allocation and cost but no use or idle time, idle detection and the
-    #: samples leave it out
+    #: usage counts the reading's allocation and cost but no use or idle time, idle detection, the
+    #: rollups' utilisation and the samples leave it out
     utilization_known: bool = True
 
     @property

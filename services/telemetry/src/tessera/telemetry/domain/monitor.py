@@ -49,6 +49,7 @@ class Monitor:
                     r.memory_used_mib,
                     r.power_w,
                     r.temperature_c,
+                    r.utilization_known,
                 )
                 if closed is not None:
                     out.rollups.append(closed)

@@ -3,6 +3,11 @@
 Windows are aligned on the epoch (``[00:00:10, 00:00:20)``), so rollups from several telemetry
 instances line up. A window closes when a reading of the same GPU lands in a later window, or on
 ``flush``.
+
+A reading without a utilisation (`Reading.utilization_known` False: dcgm-exporter's NaN, a field not
+exported) is left out of the utilisation's mean and max, as usage leaves it out of the used
+GPU-hours: the mean is that of the readings with one, and both are None when no reading of the
+window had one (its memory, power and temperature still count).
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ class Rollup:
     gpu_index: int
     window_start: datetime
     samples: int
-    utilization_mean_pct: float
-    utilization_max_pct: float
+    #: of the window's readings with a utilisation; None when none had one
+    utilization_mean_pct: float | None
+    utilization_max_pct: float | None
     memory_mean_mib: float
     memory_max_mib: int
     power_mean_w: float
@@ -41,6 +47,7 @@ class _Window:
     gpu_index: int
     start: datetime
     samples: int = 0
+    util_samples: int = 0
     util_sum: float = 0.0
     util_max: float = 0.0
     mem_sum: float = 0.0
@@ -58,8 +65,8 @@ class _Window:
             self.gpu_index,
             self.start,
             n,
-            round(self.util_sum / n, 2),
-            self.util_max,
+            round(self.util_sum / self.util_samples, 2) if self.util_samples else None,
+            self.util_max if self.util_samples else None,
             round(self.mem_sum / n, 1),
             self.mem_max,
             round(self.power_sum / n, 2),
@@ -84,8 +91,10 @@ class RollupBuilder:
         memory_used_mib: int,
         power_w: float,
         temperature_c: float,
+        utilization_known: bool = True,
     ) -> Rollup | None:
-        """Add a reading; the GPU's previous window when this reading closes it."""
+        """Add a reading; the GPU's previous window when this reading closes it. Without
+        `utilization_known`, `utilization_pct` means nothing and is not counted."""
         start = window_start(at, self.seconds)
         closed = None
         current = self._open.get(gpu_uuid)
@@ -97,8 +106,10 @@ class RollupBuilder:
         if current is None:
             current = self._open[gpu_uuid] = _Window(node, gpu_index, start)
         current.samples += 1
-        current.util_sum += utilization_pct
-        current.util_max = max(current.util_max, utilization_pct)
+        if utilization_known:
+            current.util_samples += 1
+            current.util_sum += utilization_pct
+            current.util_max = max(current.util_max, utilization_pct)
         current.mem_sum += memory_used_mib
         current.mem_max = max(current.mem_max, memory_used_mib)
         current.power_sum += power_w

@@ -38,6 +38,7 @@ from tessera.scheduler.domain.placement import TypicalPod
 from tessera.scheduler.domain.placement.observed_workload import typical_workload
 from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
 from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
+from tessera.scheduler.service_layer.bound_pods import hold_foreign
 from tessera.scheduler.service_layer.engine_state import EngineState
 from tessera.scheduler.service_layer.gangs import (
     inventory_node,
@@ -88,7 +89,7 @@ async def rebuild(
         with steps("read_pending_gangs"):
             pending = await read_pending_gangs(repo, settings, cluster)
         with steps("read_placements"):
-            bound, recorded = await read_placements(repo, cluster, nodes, pending.gangs)
+            bound, leaving, recorded = await read_placements(repo, cluster, nodes, pending.gangs)
         held: list[Pod] = []
         if cluster is not None:
             with steps("adopt_cluster_pods"):
@@ -96,13 +97,16 @@ async def rebuild(
                     cluster, nodes, uuids, pending.gangs, recorded, pending.specs, settings.namespace
                 )
                 bound += adopted
-                pending.known = without_members(pending.known, {pod_key(pod) for pod in held})
+                no_members = {pod_key(pod) for pod in held} | {a.pod for a in leaving}
+                pending.known = without_members(pending.known, no_members)
         with steps("learn_typical_workload"):
             typical = await learn_typical_workload(repo, settings.workload_profile)
         with steps("assemble"):
             port = binding_port(cluster, uuids, settings)
             fragmentation = fragmentation_score(typical, nodes.values())
             assembly = assemble_scheduler(nodes, port, settings, bound, pending.known, fragmentation)
+            for allocation in leaving:
+                hold_foreign(assembly.cache, allocation)  # in its gang's name, as no member of it
             for pod in held:
                 hold_bound_pod(assembly.cache, pod, uuids.get(pod.node_name or "", {}))
         state = EngineState(
@@ -199,30 +203,38 @@ async def read_placements(
     cluster: ClusterSide | None,
     nodes: Mapping[str, NodeInfo],
     gangs: dict[str, GangInfo],
-) -> tuple[list[Allocation], set[str]]:
-    """The recorded placements: (the allocations still held on known nodes, every recorded pod).
+) -> tuple[list[Allocation], list[Allocation], set[str]]:
+    """The recorded placements: (the allocations still held on known nodes, as bound members of
+    their gangs; those of pods leaving; every recorded pod).
 
     Each joins its gang in ``gangs``; on a cluster, a pod that ended or vanished meanwhile is
-    noted with its final phase and holds nothing."""
+    noted with its final phase and holds nothing. A pod being deleted is leaving: it holds what it
+    was given until it is gone, in its gang's name (its end is counted then), but is no bound
+    member of its gang and is adopted by none. A pod the scheduler is evicting (the outcome that
+    let it go, and released its record, did not commit) is released now and is not recorded: it
+    holds what it uses as one the scheduler is evicting (:func:`adopt_cluster_pods`), and rejoins
+    a live gang only if its eviction is refused."""
     bound: list[Allocation] = []
+    leaving: list[Allocation] = []
     recorded: set[str] = set()
     for placed in await repo.placements():
+        live = cluster.cache.pods.store.get(placed.pod) if cluster is not None else None
+        if cluster is not None and live is not None and cluster.evictions.pending(live):
+            await repo.release_pod(placed.pod)
+            continue
         info = gangs.setdefault(placed.job_id, GangInfo(placed.job_id, JOB))
         info.groups.setdefault(placed.pod, placed.pod_group)
         info.placed[placed.pod] = None
         recorded.add(placed.pod)
-        if cluster is not None:
-            live = cluster.cache.pods.store.get(placed.pod)
-            if live is None or live.terminated:
-                info.placed[placed.pod] = live.phase.value if live else "Deleted"
-                continue
+        if cluster is not None and (live is None or live.terminated):
+            info.placed[placed.pod] = live.phase.value if live else "Deleted"
+            continue
         if placed.node in nodes:
-            bound.append(
-                Allocation(
-                    placed.pod, placed.job_id, placed.node, placed.gpus, placed.cpu_milli, placed.memory_mib
-                )
+            allocation = Allocation(
+                placed.pod, placed.job_id, placed.node, placed.gpus, placed.cpu_milli, placed.memory_mib
             )
-    return bound, recorded
+            (leaving if live is not None and live.deleting else bound).append(allocation)
+    return bound, leaving, recorded
 
 
 def adopt_cluster_pods(
@@ -242,7 +254,7 @@ def adopt_cluster_pods(
     on the watches. The second are pods of other schedulers, and pods of ours that someone else
     bound (no member, or no assignment), and pods of ours the scheduler asked to evict that do not
     show going yet (:class:`~tessera.scheduler.adapters.kube.Evictions`), but for those being deleted: the
-    scheduler let them go."""
+    scheduler let them go (neither adopted nor held)."""
     adopted: list[Allocation] = []
     held: list[Pod] = []
     for pod in cluster.cache.pods.store.values():
@@ -256,7 +268,7 @@ def adopt_cluster_pods(
             continue
         gang = _gang_of(pod, gangs, specs, jobs_namespace)
         allocation = _cluster_allocation(pod, gang, uuids.get(pod.node_name or "", {})) if gang else None
-        if allocation is not None and not cluster.evictions.pending(pod):
+        if allocation is not None and not pod.deleting and not cluster.evictions.pending(pod):
             adopted.append(allocation)
         elif not pod.deleting:
             held.append(pod)

@@ -25,8 +25,9 @@ from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.model import NodeInventory, Reading
 from tessera.telemetry.domain.pricing import Flavor, PriceBook
 from tessera.telemetry.domain.rightsizing import RightsizingTracker
-from tessera.telemetry.domain.usage import Accountant, AccountingPolicy
+from tessera.telemetry.domain.usage import Accountant
 from tessera.telemetry.domain.usage_report import GroupBy
+from tessera.telemetry.domain.usage_rows import AccountingPolicy
 from tessera.telemetry.entrypoints.usage_api import router
 from tessera.telemetry.service_layer.dependencies import Telemetry
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork

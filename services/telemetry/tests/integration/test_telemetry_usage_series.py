@@ -16,8 +16,9 @@ from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.model import Reading
 from tessera.telemetry.domain.pricing import Flavor, PriceBook
 from tessera.telemetry.domain.rightsizing import RightsizingTracker
-from tessera.telemetry.domain.usage import Accountant, AccountingPolicy
+from tessera.telemetry.domain.usage import Accountant
 from tessera.telemetry.domain.usage_report import GroupBy
+from tessera.telemetry.domain.usage_rows import AccountingPolicy
 from tessera.telemetry.domain.usage_series import hour_sums
 from tessera.telemetry.service_layer.usage import UsageLedger, record_usage
 from tessera.testing.services import ServiceProcess

@@ -19,8 +19,8 @@ from tessera.telemetry.adapters import orm
 from tessera.telemetry.domain.attribution import UNKNOWN
 from tessera.telemetry.domain.directory import PlacedPod
 from tessera.telemetry.domain.rightsizing import FindingKind, Recommendation
-from tessera.telemetry.domain.usage import UsageKey, UsageRow
 from tessera.telemetry.domain.usage_report import GroupBy
+from tessera.telemetry.domain.usage_rows import UsageKey, UsageRow
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
 from tessera.telemetry.service_layer.usage import record_usage
 

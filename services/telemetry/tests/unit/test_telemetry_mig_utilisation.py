@@ -19,7 +19,8 @@ from tessera.telemetry.domain.attribution import Holder, split_reading
 from tessera.telemetry.domain.model import Reading
 from tessera.telemetry.domain.pricing import Flavor, PriceBook
 from tessera.telemetry.domain.rightsizing import RightsizingTracker
-from tessera.telemetry.domain.usage import Accountant, AccountingPolicy
+from tessera.telemetry.domain.usage import Accountant
+from tessera.telemetry.domain.usage_rows import AccountingPolicy
 from tessera.telemetry.entrypoints.publishers import _account
 from tessera.telemetry.service_layer.usage import UsageLedger
 

@@ -16,7 +16,7 @@ from tessera.telemetry.domain.attribution import (
     holders_from_grants,
     split_reading,
 )
-from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
+from tessera.telemetry.domain.directory import JobDirectory, JobRef, PlacedPod, PodKey
 from tessera.telemetry.domain.pricing import CapacityType, Flavor, PriceBook, Pricing, capacity_type_of
 from tessera.telemetry.domain.rightsizing import (
     FindingKind,
@@ -25,8 +25,9 @@ from tessera.telemetry.domain.rightsizing import (
     recommended_milli,
     smallest_mig_profile,
 )
-from tessera.telemetry.domain.usage import Accountant, AccountingPolicy, JobRef, PodKey
+from tessera.telemetry.domain.usage import Accountant
 from tessera.telemetry.domain.usage_report import GroupBy, totals
+from tessera.telemetry.domain.usage_rows import AccountingPolicy
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 GPU = "GPU-aaaa"

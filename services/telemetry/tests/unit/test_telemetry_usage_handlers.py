@@ -22,8 +22,9 @@ from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.model import Reading
 from tessera.telemetry.domain.pricing import PriceBook
 from tessera.telemetry.domain.rightsizing import FindingKind, Recommendation, RightsizingTracker
-from tessera.telemetry.domain.usage import Accountant, UsageRow
+from tessera.telemetry.domain.usage import Accountant
 from tessera.telemetry.domain.usage_report import GroupBy, UsageTotal, totals
+from tessera.telemetry.domain.usage_rows import UsageRow
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
 from tessera.telemetry.service_layer.usage import (
     UsageLedger,

@@ -10,9 +10,11 @@ import pytest
 
 from tessera.telemetry.config import PricingSettings
 from tessera.telemetry.domain.attribution import Holder, split_reading
+from tessera.telemetry.domain.directory import JobRef
 from tessera.telemetry.domain.pricing import CapacityType, Pricing
-from tessera.telemetry.domain.usage import Accountant, AccountingPolicy, JobRef
+from tessera.telemetry.domain.usage import Accountant
 from tessera.telemetry.domain.usage_report import GroupBy, totals
+from tessera.telemetry.domain.usage_rows import AccountingPolicy
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 GPU = "GPU-aaaa"

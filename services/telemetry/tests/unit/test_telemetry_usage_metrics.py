@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from tessera.telemetry.domain.usage import AccountingStats
+from tessera.telemetry.domain.usage_rows import AccountingStats
 from tessera.telemetry.entrypoints.metrics import usage_metrics
 
 DASHBOARD = Path(__file__).parents[4] / "deploy" / "grafana" / "gpu-cost-and-waste.json"

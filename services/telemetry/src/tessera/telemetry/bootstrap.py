@@ -22,7 +22,8 @@ from tessera.telemetry.domain.idle import IdlePolicy
 from tessera.telemetry.domain.model import GpuSource
 from tessera.telemetry.domain.monitor import Monitor
 from tessera.telemetry.domain.rightsizing import RightsizingPolicy, RightsizingTracker
-from tessera.telemetry.domain.usage import Accountant, AccountingPolicy
+from tessera.telemetry.domain.usage import Accountant
+from tessera.telemetry.domain.usage_rows import AccountingPolicy
 from tessera.telemetry.entrypoints.logs import quiet_http_polls
 from tessera.telemetry.entrypoints.publishers import announce_inventory, sample
 from tessera.telemetry.entrypoints.usage_api import router as usage_router

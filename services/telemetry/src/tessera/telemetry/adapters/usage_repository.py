@@ -35,8 +35,8 @@ from tessera.telemetry.adapters.orm import (
 from tessera.telemetry.domain.attribution import UNKNOWN
 from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
 from tessera.telemetry.domain.rightsizing import Recommendation
-from tessera.telemetry.domain.usage import HOUR_S, UsageKey, UsageRow, hour_of
 from tessera.telemetry.domain.usage_report import GroupBy, UsageTotal
+from tessera.telemetry.domain.usage_rows import HOUR_S, UsageKey, UsageRow, hour_of
 from tessera.telemetry.domain.usage_series import HourSum
 
 

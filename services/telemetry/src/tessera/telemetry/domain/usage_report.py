@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from tessera.telemetry.domain.usage import HOUR_S, UsageRow
+from tessera.telemetry.domain.usage_rows import HOUR_S, UsageRow
 
 
 class GroupBy(StrEnum):

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from tessera.telemetry.domain.usage import HOUR_S, UsageRow
 from tessera.telemetry.domain.usage_report import GroupBy, group_key
+from tessera.telemetry.domain.usage_rows import HOUR_S, UsageRow
 
 OTHER = "other"
 #: the longest series answered: 93 days of hours

@@ -7,7 +7,7 @@ from weakref import WeakKeyDictionary
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from tessera.telemetry.domain.usage import HOUR_S, AccountingStats
+from tessera.telemetry.domain.usage_rows import HOUR_S, AccountingStats
 
 _LABELS = ["tenant", "queue", "flavor"]
 

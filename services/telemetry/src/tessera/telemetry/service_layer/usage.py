@@ -25,11 +25,12 @@ from tessera.contracts.events import (
 from tessera.core.messaging.consumer import Handler, PermanentError
 from tessera.core.messaging.envelope import Envelope
 from tessera.telemetry.domain.attribution import Share
-from tessera.telemetry.domain.directory import JobDirectory, PlacedPod
+from tessera.telemetry.domain.directory import UNKNOWN_JOB, JobDirectory, PlacedPod
 from tessera.telemetry.domain.model import Reading
 from tessera.telemetry.domain.pricing import PriceBook, Pricing
 from tessera.telemetry.domain.rightsizing import FindingKind, Recommendation, RightsizingTracker
-from tessera.telemetry.domain.usage import UNKNOWN_JOB, Accountant, UsageRow, hour_of
+from tessera.telemetry.domain.usage import Accountant
+from tessera.telemetry.domain.usage_rows import UsageRow, hour_of
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
 
 log = logging.getLogger(__name__)

@@ -94,3 +94,12 @@ def notes(values: dict[str, Any]) -> str:
     with helm_python.Chart.load(CHART) as chart:
         manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
     return next(text for path, text in manifests.items() if path.endswith("NOTES.txt"))
+
+
+def workloads(chart: Rendered) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(service, workload, its container) of every enabled service."""
+    for service in chart.enabled():
+        kind = "DaemonSet" if service == "telemetry" else "Deployment"
+        workload = chart.get(kind, f"tessera-{service}")
+        (container,) = workload["spec"]["template"]["spec"]["containers"]
+        yield service, workload, container

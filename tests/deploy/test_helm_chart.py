@@ -1,13 +1,14 @@
-"""The Helm chart, rendered and linted in-process (helm-python-sdk) and checked against the code.
+"""The Helm chart, rendered and linted in-process (helm-python-sdk): its objects and its values.
 
 Value sets: the defaults (plus the NATS and database production must name), evaluation (in-chart
 NATS and Postgres), HA (three replicas of every Deployment) and half the services disabled. Every
-rendered object is validated against the Kubernetes OpenAPI schemas of two minor versions.
+rendered object is validated against the Kubernetes OpenAPI schemas of two minor versions. RBAC is
+checked in test_helm_rbac.py, the environment each service reads (NATS, the database) in
+test_helm_settings.py; the `chart` and `default` fixtures are in conftest.py.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from collections.abc import Iterator
@@ -18,20 +19,18 @@ import helm_python
 import kubernetes_validate
 import pytest
 import yaml
-from pydantic import ValidationError
-from pydantic_settings import BaseSettings
 
-from tessera.cluster.rbac import (
-    CACHE_CALLS,
-    CLIENT_CALLS,
-    CUSTOM_OBJECT_CALLS,
-    LEASE_CALLS,
-    PORT_CALLS,
-    SERVICE_CALLS,
-    ApiCall,
-    Scope,
+from tests.deploy.chart import (
+    NAMESPACE,
+    SERVICES,
+    VALUE_SETS,
+    VALUES,
+    Rendered,
+    merged,
+    notes,
+    render,
+    workloads,
 )
-from tests.deploy.chart import NAMESPACE, SERVICES, VALUE_SETS, VALUES, Rendered, merged, notes, render
 from tests.deploy.chart_schema import CHART, SCHEMA, SETTINGS, rendered
 
 ROOT = Path(__file__).parents[2]
@@ -51,30 +50,6 @@ RESTRICTED_CONTAINER = {
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
-# Read by the NVIDIA container runtime (to expose the driver's NVML to the telemetry pod), not by Tessera.
-CONTAINER_RUNTIME_ENV = {"telemetry": {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}}
-SHARED_ENV = {"TESSERA_NATS_URL", "TESSERA_DATABASE_URL", "TESSERA_KUBECONFIG"}
-# read by no service: Kubernetes puts it into TESSERA_NATS_URL ($(NATS_PASSWORD))
-EXPANDED_ENV = {"NATS_PASSWORD"}
-
-
-@pytest.fixture(scope="module", params=sorted(VALUE_SETS))
-def chart(request: pytest.FixtureRequest) -> Rendered:
-    return render(VALUE_SETS[request.param])
-
-
-@pytest.fixture(scope="module")
-def default() -> Rendered:
-    return render(VALUE_SETS["default"])
-
-
-def workloads(chart: Rendered) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(service, workload, its container) of every enabled service."""
-    for service in chart.enabled():
-        kind = "DaemonSet" if service == "telemetry" else "Deployment"
-        workload = chart.get(kind, f"tessera-{service}")
-        (container,) = workload["spec"]["template"]["spec"]["containers"]
-        yield service, workload, container
 
 
 # -- lint and schema validation -----------------------------------------------------------------------
@@ -129,218 +104,6 @@ def test_grafana_dashboards_are_optional_configmaps_identical_to_the_repository_
     assert not [m for m in off if m["metadata"]["name"].startswith("tessera-dashboard-")]
 
 
-# -- RBAC: exactly the table in libs/cluster --------------------------------------------------------------
-
-
-# Slicing writes its ConfigMaps only in the GPU operator's namespace and its Events only in the events
-# namespace (services/slicing/src/tessera/slicing/adapters/kube.py), so the table in libs/cluster scopes
-# them `namespace` and the chart grants them by a Role in each: a ClusterRole that updates ConfigMaps
-# could rewrite any (kube-system's aws-auth included). The namespace of each, from settings.
-SLICING_NAMESPACED = {
-    "configmaps": ("operator_namespace", "gpu-operator"),
-    "events": ("events_namespace", "default"),
-}
-
-
-def expected_calls(service: str) -> set[ApiCall]:
-    """What the service's ServiceAccount must be granted, each call in its scope: the table's."""
-    return set(SERVICE_CALLS[service])
-
-
-def role_namespace(chart: Rendered, service: str, resource: str) -> str:
-    """Where a service's `namespace`-scoped calls on a resource are granted."""
-    if service == "slicing":
-        setting, default = SLICING_NAMESPACED[resource]
-        return str(chart.values["slicing"]["settings"].get(setting) or default)
-    return str(chart.values[service]["jobNamespace"])
-
-
-def lease_namespace(chart: Rendered, service: str) -> str:
-    """Where a service keeps its leader's Lease: settings.leader_election.namespace, else the release's."""
-    election = chart.values[service].get("settings", {}).get("leader_election") or {}
-    return str(election.get("namespace") or NAMESPACE)
-
-
-def granted(chart: Rendered, service: str) -> set[ApiCall]:
-    """Every call the roles bound to the service's ServiceAccount allow, with the scope of each."""
-    found: set[ApiCall] = set()
-    for binding in chart.of_kind("ClusterRoleBinding", "RoleBinding"):
-        subjects = binding["subjects"]
-        if {"kind": "ServiceAccount", "name": f"tessera-{service}", "namespace": NAMESPACE} not in subjects:
-            continue
-        kind = binding["roleRef"]["kind"]
-        namespace = binding["metadata"].get("namespace")
-        role = next(
-            r
-            for r in chart.of_kind(kind)
-            if r["metadata"]["name"] == binding["roleRef"]["name"]
-            and r["metadata"].get("namespace") == namespace
-        )
-        for rule in role["rules"]:
-            for group in rule["apiGroups"]:
-                for resource in rule["resources"]:
-                    scope: Scope
-                    if kind == "ClusterRole":
-                        scope = "cluster"
-                    elif role["metadata"]["name"].endswith("-release"):
-                        scope = "release"  # the Lease of its leader election
-                        assert namespace == lease_namespace(chart, service), "a Lease Role elsewhere"
-                    else:
-                        scope = "namespace"
-                        assert namespace == role_namespace(chart, service, resource), (service, resource)
-                    found |= {ApiCall(group, resource, verb, scope) for verb in rule["verbs"]}
-    return found
-
-
-def test_rbac_of_each_service_is_exactly_the_table(chart: Rendered) -> None:
-    for service in chart.enabled():
-        assert granted(chart, service) == expected_calls(service), service
-        account = chart.get("ServiceAccount", f"tessera-{service}")
-        assert account["automountServiceAccountToken"] is bool(SERVICE_CALLS[service]), service
-
-
-def test_no_cluster_role_writes_config_maps(chart: Rendered) -> None:
-    for role in chart.of_kind("ClusterRole"):
-        for rule in role["rules"]:
-            if "" in rule["apiGroups"] and "configmaps" in rule["resources"]:
-                assert not {"create", "update", "patch", "delete"} & set(rule["verbs"]), role["metadata"]
-
-
-def _roles_of(chart: Rendered, service: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """(namespace, name) -> rules of each Role bound to the service's ServiceAccount."""
-    bound = {
-        (b["metadata"]["namespace"], b["roleRef"]["name"])
-        for b in chart.of_kind("RoleBinding")
-        if {"kind": "ServiceAccount", "name": f"tessera-{service}", "namespace": NAMESPACE} in b["subjects"]
-    }
-    return {
-        (r["metadata"]["namespace"], r["metadata"]["name"]): r["rules"]
-        for r in chart.of_kind("Role")
-        if (r["metadata"]["namespace"], r["metadata"]["name"]) in bound
-    }
-
-
-CONFIG_MAPS = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "update"]}
-EVENTS = {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
-LEASES = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]}
-
-
-@pytest.mark.parametrize(
-    ("settings", "roles"),
-    [
-        (
-            {},
-            {
-                ("gpu-operator", "tessera-slicing"): [CONFIG_MAPS],
-                ("default", "tessera-slicing"): [EVENTS],
-                (NAMESPACE, "tessera-slicing-release"): [LEASES],
-            },
-        ),
-        (
-            {
-                "operator_namespace": "nvidia",
-                "events_namespace": "nvidia",
-                "leader_election": {"namespace": "ha"},
-            },
-            {
-                ("nvidia", "tessera-slicing"): [CONFIG_MAPS, EVENTS],
-                ("ha", "tessera-slicing-release"): [LEASES],
-            },
-        ),
-    ],
-)
-def test_slicing_writes_config_maps_and_events_only_in_their_namespaces(
-    settings: dict[str, Any], roles: dict[tuple[str, str], list[dict[str, Any]]]
-) -> None:
-    chart = render(merged(VALUE_SETS["default"], {"slicing": {"settings": settings}}))
-    assert _roles_of(chart, "slicing") == roles
-
-
-def test_the_chart_s_slicing_namespaces_are_the_settings_defaults() -> None:
-    fields = SETTINGS["slicing"].model_fields
-    for setting, default in SLICING_NAMESPACED.values():
-        assert fields[setting].default == default, setting
-
-
-@pytest.mark.parametrize("service", ["scheduler", "slicing", "forecaster"])
-def test_the_lease_role_is_where_the_lease_is_kept(service: str) -> None:
-    values = {service: {"settings": {"leader_election": {"namespace": "elections"}}}}
-    chart = render(merged(VALUE_SETS["default"], values))
-    leases = {key: rules for key, rules in _roles_of(chart, service).items() if key[1].endswith("-release")}
-    assert leases == {("elections", f"tessera-{service}-release"): [LEASES]}
-    assert granted(chart, service) == expected_calls(service)
-
-
-def test_no_role_grants_a_wildcard(chart: Rendered) -> None:
-    for role in chart.of_kind("ClusterRole", "Role"):
-        for rule in role["rules"]:
-            for field in ("apiGroups", "resources", "verbs"):
-                assert not any("*" in item for item in rule.get(field, [])), (role["metadata"], rule)
-            assert "nonResourceURLs" not in rule
-
-
-def test_a_wildcard_rule_in_values_is_refused() -> None:
-    wildcard = {"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}
-    values = merged(VALUE_SETS["default"], {"scheduler": {"rbac": {"clusterRules": [wildcard]}}})
-    with pytest.raises(helm_python.HelmValuesError, match="/scheduler/rbac/clusterRules/0/verbs/0"):
-        render(values)
-
-
-def _imports(tree: ast.AST) -> set[str]:
-    modules: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            modules.add(node.module)
-        elif isinstance(node, ast.Import):
-            modules |= {alias.name for alias in node.names}
-    return modules
-
-
-KUBE_MODULES = ("kubernetes", "tessera.cluster.kube", "tessera.cluster.port", "tessera.cluster.cache")
-KUBE_MODULES += ("tessera.cluster.reflector",)
-# Raw API paths a service may request outside the Kubernetes client, and why that needs no RBAC.
-RAW_API_PATHS = {
-    "services/telemetry/src/tessera/telemetry/adapters/sources/devcluster.py": (
-        "the devcluster source reads the devcluster's own HTTP server, never a real cluster"
-    ),
-    "services/forecaster/src/tessera/forecaster/entrypoints/api.py": (
-        "the forecaster serves the external metrics API (an APIService's backend); it requests nothing"
-    ),
-}
-
-
-def calls_in_code(service: str) -> set[tuple[str, str, str]]:
-    """The API calls a service's source makes: port methods, client methods and cluster caches used
-    in the modules that import the Kubernetes client or the cluster port."""
-    found: set[ApiCall] = set()
-    for path in sorted((ROOT / "services" / service / "src").rglob("*.py")):
-        text = path.read_text()
-        relative = str(path.relative_to(ROOT))
-        if re.search(r"[\"']/apis?/", text):
-            assert relative in RAW_API_PATHS, f"{relative} requests the API server directly"
-        tree = ast.parse(text)
-        if not any(m == k or m.startswith(f"{k}.") for m in _imports(tree) for k in KUBE_MODULES):
-            continue
-        custom = CUSTOM_OBJECT_CALLS.get(service, {})  # its custom objects are not PodGroups
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr in custom:
-                found |= custom[node.attr]
-            elif isinstance(node, ast.Attribute) and node.attr in PORT_CALLS:
-                found |= PORT_CALLS[node.attr]
-            elif isinstance(node, ast.Attribute) and node.attr in CLIENT_CALLS:
-                found.add(CLIENT_CALLS[node.attr])
-            elif isinstance(node, ast.Name) and node.id == "ClusterCache":
-                found |= CACHE_CALLS
-            elif isinstance(node, ast.Name) and node.id in ("KubernetesLeaseLock", "leader_elector"):
-                found |= LEASE_CALLS
-    return {call.unscoped() for call in found}
-
-
-@pytest.mark.parametrize("service", SERVICES)
-def test_the_table_lists_what_each_service_calls(service: str) -> None:
-    assert calls_in_code(service) == {call.unscoped() for call in SERVICE_CALLS[service]}
-
-
 # -- containers -------------------------------------------------------------------------------------------
 
 
@@ -372,117 +135,6 @@ def test_probes_ask_each_service_on_its_real_port(chart: Rendered) -> None:
         assert (
             svc["spec"]["ports"][0]["port"] == default_port
             and svc["spec"]["ports"][0]["targetPort"] == "http"
-        )
-
-
-def accepted_env(service: str) -> set[str]:
-    """Every variable the service's settings read: TESSERA_<SERVICE>_<FIELD> (nested with __), the
-    aliases (TESSERA_NATS_URL, ...), and OpenTelemetry's OTEL_* (matched by prefix by the caller)."""
-    prefix = f"TESSERA_{service.upper()}_"
-    names: set[str] = SHARED_ENV | EXPANDED_ENV
-
-    def walk(model: type[Any], base: str) -> None:
-        for name, field in model.model_fields.items():
-            names.add(f"{base}{name.upper()}")
-            alias = field.validation_alias
-            for choice in getattr(alias, "choices", [alias] if isinstance(alias, str) else []):
-                if isinstance(choice, str) and choice.isupper():
-                    names.add(choice)
-            annotation = field.annotation
-            if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
-                walk(annotation, f"{base}{name.upper()}__")
-
-    walk(SETTINGS[service], prefix)
-    return names | CONTAINER_RUNTIME_ENV.get(service, set())
-
-
-def test_every_variable_the_chart_sets_is_a_setting_the_service_reads(chart: Rendered) -> None:
-    for service, _, container in workloads(chart):
-        unknown = {
-            e["name"]
-            for e in container["env"]
-            if e["name"] not in accepted_env(service) and not e["name"].startswith("OTEL_")
-        }
-        assert not unknown, f"{service} does not read {unknown}"
-
-
-def _settings_from(env: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The environment as the kubelet makes it: Secrets read, $(VAR) of earlier variables expanded."""
-    made: dict[str, str] = {}
-    for entry in env:
-        if "value" in entry:
-            value = re.sub(r"\$\((\w+)\)", lambda m: made.get(m[1], m[0]), entry["value"])
-        elif entry["name"] == "NATS_PASSWORD":
-            value = "s3cret"
-        elif "secretKeyRef" in entry["valueFrom"]:
-            value = "postgresql://tessera:secret@postgres:5432/tessera"
-        else:
-            assert entry["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-            value = "gpu-node-1"
-        made[entry["name"]] = value
-        monkeypatch.setenv(entry["name"], value)
-
-
-@pytest.mark.parametrize(
-    "extra",
-    [
-        {},
-        {
-            "global": {"otlp": {"endpoint": "http://collector:4318"}, "logLevel": "DEBUG"},
-            "scheduler": {"settings": {"gang": {"timeout_s": 30}, "poll_s": 0.5}},
-            "checkpoint": {"settings": {"spot": {"taints": {"example.com/going": "node_termination"}}}},
-            "telemetry": {"source": "dcgm", "settings": {"dcgm_url": "http://localhost:9400/metrics"}},
-            "admission": {"adminToken": {"existingSecret": "tessera-admin"}},
-        },
-    ],
-    ids=["defaults", "settings"],
-)
-def test_each_service_settles_its_settings_from_the_rendered_environment(
-    extra: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    chart = render(merged(VALUE_SETS["default"], extra))
-    for service, _, container in workloads(chart):
-        with monkeypatch.context() as patch:
-            for name in [n for n in __import__("os").environ if n.startswith(("TESSERA_", "OTEL_"))]:
-                patch.delenv(name)
-            _settings_from(container["env"], patch)
-            settings_class: type[BaseSettings] = SETTINGS[service]
-            try:
-                settings: Any = settings_class()
-            except ValidationError as error:
-                pytest.fail(f"{service} cannot start with the chart's environment: {error}")
-        assert settings.nats_url == f"nats://tessera-{service}:s3cret@nats.nats.svc:4222"
-        assert settings.nats_inbox_prefix == f"_INBOX_tessera-{service}"
-        assert settings.database_url.get_secret_value().startswith("postgresql://")
-        assert settings.http_host == "0.0.0.0"
-        assert str(getattr(settings, "kubeconfig", None) or "") == (
-            "/etc/tessera/kube/kubeconfig" if SERVICE_CALLS[service] else ""
-        )
-    if extra:
-        assert settings_class is SETTINGS["checkpoint"]
-        assert settings.spot.taints == {"example.com/going": "node_termination"}
-
-
-def test_global_otlp_endpoint_reaches_every_service_s_exporter() -> None:
-    chart = render(merged(VALUE_SETS["default"], {"global": {"otlp": {"endpoint": "http://collector:4318"}}}))
-    for service, _, container in workloads(chart):
-        env = {e["name"]: e.get("value") for e in container["env"]}
-        assert env.get("OTEL_EXPORTER_OTLP_ENDPOINT") == "http://collector:4318", service
-    for service, _, container in workloads(render(VALUE_SETS["default"])):
-        assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in {e["name"] for e in container["env"]}, service
-
-
-def test_the_kubeconfig_uses_the_service_account(default: Rendered) -> None:
-    config = yaml.safe_load(default.get("ConfigMap", "tessera-kubeconfig")["data"]["kubeconfig"])
-    (cluster,) = config["clusters"]
-    (user,) = config["users"]
-    assert cluster["cluster"]["server"] == "https://kubernetes.default.svc"
-    assert user["user"] == {"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}
-    for service, workload, container in workloads(default):
-        mounts = {m["name"]: m for m in container["volumeMounts"]}
-        assert ("kubeconfig" in mounts) is bool(SERVICE_CALLS[service]), service
-        assert workload["spec"]["template"]["spec"]["automountServiceAccountToken"] is bool(
-            SERVICE_CALLS[service]
         )
 
 
@@ -546,63 +198,6 @@ def test_disabled_services_render_nothing() -> None:
         "tessera-scheduler",
         "tessera-checkpoint",
     }
-
-
-def test_production_uses_the_given_nats_and_database_secret(default: Rendered) -> None:
-    assert default.of_kind("StatefulSet") == []
-    assert [s["metadata"]["name"] for s in default.of_kind("Secret")] == ["tessera-admission-webhook-tls"]
-    for service, _, container in workloads(default):
-        env = {e["name"]: e for e in container["env"]}
-        assert (
-            env["TESSERA_NATS_URL"]["value"]
-            == f"nats://tessera-{service}:$(NATS_PASSWORD)@nats.nats.svc:4222"
-        )
-        assert env["NATS_PASSWORD"]["valueFrom"] == {
-            "secretKeyRef": {"name": "tessera-nats-users", "key": service}
-        }
-        assert env["TESSERA_DATABASE_URL"]["valueFrom"] == {
-            "secretKeyRef": {"name": "tessera-database", "key": "url"}
-        }
-
-
-def test_a_database_url_value_is_kept_in_a_secret_the_chart_writes() -> None:
-    url = "postgresql://tessera:pw@db.example:5432/tessera"
-    nats = {"url": "nats://n:4222", "auth": {"enabled": False}}
-    chart = render(merged({"global": {"nats": nats, "database": {"url": url}}}))
-    secret = chart.get("Secret", "tessera-database")
-    assert secret["stringData"] == {"url": url}
-    assert secret["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
-    assert all(url not in yaml.safe_dump(o) for o in chart.objects if o["kind"] != "Secret")
-
-
-def test_evaluation_runs_nats_with_jetstream_and_postgres_in_the_chart() -> None:
-    chart = render(VALUE_SETS["evaluation"])
-    nats = chart.get("StatefulSet", "tessera-nats")["spec"]["template"]["spec"]["containers"][0]
-    assert "-js" in nats["args"]
-    postgres = chart.get("StatefulSet", "tessera-postgres")
-    assert postgres["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "2Gi"
-    secret = chart.get("Secret", "tessera-database")["stringData"]
-    assert secret["url"] == "postgresql://tessera:tessera@tessera-postgres:5432/tessera"
-    for _, _, container in workloads(chart):
-        env = {e["name"]: e for e in container["env"]}
-        assert env["TESSERA_NATS_URL"]["value"].endswith(":$(NATS_PASSWORD)@tessera-nats:4222")
-    job = chart.get("Job", "tessera-migrate")
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,pre-upgrade"
-
-
-def test_migrations_run_as_a_hook_before_install_and_upgrade(default: Rendered) -> None:
-    job = default.get("Job", "tessera-migrate")
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
-    (container,) = job["spec"]["template"]["spec"]["containers"]
-    assert container["command"] == ["tessera", "migrate"]
-    assert [e["name"] for e in container["env"]] == ["TESSERA_DATABASE_URL"]
-
-
-def test_without_nats_or_a_database_the_render_says_what_to_set() -> None:
-    with pytest.raises(helm_python.HelmRenderError, match=r"global\.nats\.url is required"):
-        render({})
-    with pytest.raises(helm_python.HelmRenderError, match=r"global\.database\.existingSecret\.name"):
-        render({"global": {"nats": {"url": "nats://n:4222"}}})
 
 
 def test_admission_and_the_scheduler_must_agree_on_the_jobs_namespace() -> None:

@@ -35,12 +35,14 @@ JOBS = "default"  # where admission makes submitted jobs' workloads
 def held(
     name: str, scheduler: str = SCHEDULER_NAME, phase: PodPhase = PodPhase.RUNNING, **fields: Any
 ) -> Pod:
-    """A pod bound to gpu-0 holding its first GPU whole."""
-    assignment = DeviceAssignment("gpu-0", (GpuShare(NODE.gpus[0].uuid, 1000),))
+    """A pod bound to gpu-0 holding its first GPU whole (as our bind writes it, naming its uid)."""
+    uid = str(fields.pop("uid", f"{name}-1"))
+    assignment = DeviceAssignment("gpu-0", (GpuShare(NODE.gpus[0].uuid, 1000),), uid)
     return Pod(
         "default",
         name,
         PodRequirements(cpu_milli=1_000, memory_mib=1024),
+        uid=uid,
         scheduler_name=scheduler,
         node_name="gpu-0",
         phase=phase,

@@ -61,7 +61,7 @@ def rebuilt_below_quorum(cluster: Evicting, state: EngineState) -> None:
     p0 = cluster.pods["ns/p0"]
     shares = tuple(GpuShare(uuid, 1000) for uuid in uuids)
     cluster.pods["ns/p0"] = dataclasses.replace(
-        p0, node_name="gpu-0", assignment=DeviceAssignment("gpu-0", shares)
+        p0, node_name="gpu-0", assignment=DeviceAssignment("gpu-0", shares, p0.uid)
     )
     cache, registry = state.assembly.cache, state.assembly.registry
     cache.assume(Allocation("ns/p0", "ns/pg", "gpu-0", tuple((i, 1000) for i in range(8)), 0, 0))
@@ -152,7 +152,7 @@ async def engine_world(fake: FakeCluster, uow: Any) -> tuple[ClusterSide, Schedu
         fake.add_node(gpu_node(name, "A100-80GB", 8))
     fake.add_pod_group(PodGroup("ns", "pg", 2))
     uuids = [gpu.uuid for gpu in gpu_node("gpu-0", "A100-80GB", 8).gpus]
-    assignment = DeviceAssignment("gpu-0", tuple(GpuShare(uuid, 1000) for uuid in uuids))
+    assignment = DeviceAssignment("gpu-0", tuple(GpuShare(uuid, 1000) for uuid in uuids), "p0-1")
     fake.add_pod(
         Pod("ns", "p0", REQUIREMENTS, uid="p0-1", node_name="gpu-0", assignment=assignment, **MEMBER)
     )
@@ -231,7 +231,7 @@ async def test_a_pod_of_no_gang_the_cache_cannot_hold_is_evicted_once_whatever_i
         labels={JOB_ID_LABEL: "job-gone"},  # its job finished: no gang of it is left
         node_name="gpu-0",
         phase=PodPhase.RUNNING,
-        assignment=DeviceAssignment("gpu-0", (GpuShare(uuids[0], 1000),)),
+        assignment=DeviceAssignment("gpu-0", (GpuShare(uuids[0], 1000),), "w0-1"),
     )
     cluster.pods["ns/w0"] = late
     state.assembly.cache.remove_node("gpu-0")  # the cache cannot hold what it uses: nothing is held
@@ -243,7 +243,9 @@ async def test_a_pod_of_no_gang_the_cache_cannot_hold_is_evicted_once_whatever_i
     assert cluster.evicted == ["ns/w0"], "asked once, not at each of its events"
 
     # made again under its name (another uid), bound by our bind with its gang gone: evicted too
-    again = dataclasses.replace(late, uid="w0-2")
+    assert late.assignment is not None
+    rebound = dataclasses.replace(late.assignment, pod_uid="w0-2")  # our bind names the new uid
+    again = dataclasses.replace(late, uid="w0-2", assignment=rebound)
     cluster.pods["ns/w0"] = again
     await watches.apply(repo, "pod", WatchEvent(EventType.DELETED, late, "5"))
     await watches.apply(repo, "pod", WatchEvent(EventType.ADDED, again, "6"))
@@ -267,7 +269,7 @@ async def test_a_rebuild_evicts_a_pod_of_ours_whose_gang_is_gone_once_per_backof
     fake = CountsEvictions()
     fake.add_node(gpu_node("gpu-0", "A100-80GB", 8))
     uuids = [gpu.uuid for gpu in gpu_node("gpu-0", "A100-80GB", 8).gpus]
-    assignment = DeviceAssignment("gpu-0", (GpuShare(uuids[6], 1000), GpuShare(uuids[7], 1000)))
+    assignment = DeviceAssignment("gpu-0", (GpuShare(uuids[6], 1000), GpuShare(uuids[7], 1000)), "w0-1")
     late = Pod(
         "ml",
         "w0",
@@ -308,7 +310,8 @@ async def test_a_rebuild_evicts_a_pod_of_ours_whose_gang_is_gone_once_per_backof
         assert fake.asked == ["w0", "w0"], "refused again: the backoff doubles"
 
         fake.block_eviction(PodRef("ml", "w0"), blocked=False)
-        fake.add_pod(dataclasses.replace(late, uid="w0-2"))  # made again under its name
+        rebound = dataclasses.replace(assignment, pod_uid="w0-2")  # our bind names the new uid
+        fake.add_pod(dataclasses.replace(late, uid="w0-2", assignment=rebound))  # made again
         await settle()
         engine.state = None
         await cycles(engine, clock, 2)
@@ -330,7 +333,9 @@ async def test_a_member_adopted_without_its_gpus_is_not_taken_for_moved_at_each_
     bound = cluster.update(
         cluster.pods["ns/p0"],
         node_name="gpu-0",
-        assignment=DeviceAssignment("gpu-0", tuple(GpuShare(uuid, 1000) for uuid in uuids)),
+        assignment=DeviceAssignment(
+            "gpu-0", tuple(GpuShare(uuid, 1000) for uuid in uuids), cluster.pods["ns/p0"].uid
+        ),
     )
     await watches.apply(repo, "pod", WatchEvent(EventType.MODIFIED, bound, "2"))
     adopted = cache.allocation("ns/p0")

@@ -42,7 +42,7 @@ def orphan(uid: str = "w0-1") -> Pod:
         labels={JOB_ID_LABEL: "job-gone"},
         node_name="gpu-0",
         phase=PodPhase.RUNNING,
-        assignment=DeviceAssignment("gpu-0", (GpuShare(uuids[0], 1000),)),
+        assignment=DeviceAssignment("gpu-0", (GpuShare(uuids[0], 1000),), uid),
     )
 
 

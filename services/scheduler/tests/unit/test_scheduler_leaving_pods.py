@@ -41,7 +41,7 @@ def member(name: str, node: int | None, **fields: Any) -> Pod:
     assignment = None
     if node is not None:
         shares = tuple(GpuShare(gpu.uuid, 1000) for gpu in NODES[node].gpus)
-        assignment = DeviceAssignment(NODES[node].name, shares)
+        assignment = DeviceAssignment(NODES[node].name, shares, f"{name}-1")
     return Pod(
         "ns",
         name,

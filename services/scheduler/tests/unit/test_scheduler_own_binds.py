@@ -72,7 +72,8 @@ class Cluster:
             raise BindError("refused")
         uuids = [gpu.uuid for gpu in NODES[allocation.node].gpus]
         shares = tuple(GpuShare(uuids[index], milli) for index, milli in allocation.gpu_milli)
-        self.update(pod, node_name=allocation.node, assignment=DeviceAssignment(allocation.node, shares))
+        assignment = DeviceAssignment(allocation.node, shares, pod.uid)  # naming the pod's uid
+        self.update(pod, node_name=allocation.node, assignment=assignment)
         self.binds.append(allocation.pod)
         if allocation.pod in self.lost:
             self.lost.discard(allocation.pod)
@@ -88,6 +89,7 @@ class Cluster:
         return new
 
     def add(self, name: str, gpus: int, group: str | None = None, **fields: Any) -> WatchEvent[Pod]:
+        fields.setdefault("uid", f"{name}-1")
         pod = Pod(
             "ns",
             name,
@@ -220,11 +222,12 @@ async def test_a_pod_bound_by_our_bind_whose_gang_is_gone_holds_its_gpus_and_is_
         "ns",
         "w0",
         PodRequirements(gpu=GpuRequest.whole(2)),
+        uid="w0-1",
         scheduler_name="tessera",
         labels={JOB_ID_LABEL: "job-gone"},  # its job finished: no gang of it is left
         node_name="gpu-0",
         phase=PodPhase.RUNNING,
-        assignment=DeviceAssignment("gpu-0", (GpuShare(uuids[6], 1000), GpuShare(uuids[7], 1000))),
+        assignment=DeviceAssignment("gpu-0", (GpuShare(uuids[6], 1000), GpuShare(uuids[7], 1000)), "w0-1"),
     )
     cluster.pods["ns/w0"] = late
 
@@ -281,7 +284,7 @@ async def test_a_reserved_member_an_earlier_leader_bound_holds_the_gpus_its_bind
     reserved = state.assembly.cache.allocation("ns/p0")
     assert reserved is not None and reserved.gpu_indices != (6, 7)
     uuids = [gpu.uuid for gpu in NODES["gpu-0"].gpus]
-    given = DeviceAssignment("gpu-0", (GpuShare(uuids[6], 1000), GpuShare(uuids[7], 1000)))
+    given = DeviceAssignment("gpu-0", (GpuShare(uuids[6], 1000), GpuShare(uuids[7], 1000)), "p0-1")
     cluster.update(cluster.pods["ns/p0"], node_name="gpu-0", assignment=given)  # a late bind
     cluster.events.append(cluster.add("p1", 6, "pg"))
 

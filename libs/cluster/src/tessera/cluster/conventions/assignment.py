@@ -2,9 +2,12 @@
 
 Format (JSON, version 1)::
 
-    {"v": 1, "node": "gpu-node-3",
+    {"v": 1, "node": "gpu-node-3", "pod_uid": "3f2c…",
      "gpus": [{"uuid": "GPU-…", "milli": 1000},
               {"uuid": "GPU-…", "milli": 1000, "mig": {"profile": "1g.10gb", "start": 6, "uuid": "MIG-…"}}]}
+
+``pod_uid`` (optional) is the uid of the pod the scheduler's bind wrote it for: a copy of the
+annotation onto another pod names a uid that is not that pod's.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ def encode_assignment(assignment: DeviceAssignment) -> str:
                 mig["uuid"] = share.mig.uuid
             item["mig"] = mig
         gpus.append(item)
-    return json.dumps(
-        {"v": ASSIGNMENT_FORMAT_VERSION, "node": assignment.node, "gpus": gpus}, separators=(",", ":")
-    )
+    raw: dict[str, Any] = {"v": ASSIGNMENT_FORMAT_VERSION, "node": assignment.node}
+    if assignment.pod_uid is not None:
+        raw["pod_uid"] = assignment.pod_uid
+    raw["gpus"] = gpus
+    return json.dumps(raw, separators=(",", ":"))
 
 
 def decode_assignment(text: str) -> DeviceAssignment:
@@ -46,6 +51,9 @@ def decode_assignment(text: str) -> DeviceAssignment:
     node = raw.get("node")
     if not isinstance(node, str) or not node:
         raise ValueError(f"{field}.node: expected a non-empty string")
+    pod_uid = raw.get("pod_uid")
+    if pod_uid is not None and not isinstance(pod_uid, str):
+        raise ValueError(f"{field}.pod_uid: expected a string")
     gpus = raw.get("gpus")
     if not isinstance(gpus, list):
         raise ValueError(f"{field}.gpus: expected a list")
@@ -70,6 +78,6 @@ def decode_assignment(text: str) -> DeviceAssignment:
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
     try:
-        return DeviceAssignment(node, tuple(shares))
+        return DeviceAssignment(node, tuple(shares), pod_uid)
     except ValueError as exc:
         raise ValueError(f"{field}: {exc}") from None

@@ -35,10 +35,14 @@ class GpuShare:
 
 @dataclass(frozen=True, slots=True)
 class DeviceAssignment:
-    """The devices a pod was given on its node (written to the pod as an annotation)."""
+    """The devices a pod was given on its node (written to the pod as an annotation).
+
+    ``pod_uid``: the uid of the pod it was written for, when the writer names it (the scheduler's
+    bind does): a copy of the annotation onto another pod does not match that pod's uid."""
 
     node: str
     shares: tuple[GpuShare, ...]
+    pod_uid: str | None = None
 
     def __post_init__(self) -> None:
         if not self.node:

@@ -62,6 +62,10 @@ class Evictions:
         self._refusals: dict[Asked, int] = {}
         self._retry_at: dict[Asked, float] = {}
 
+    def uid_of(self, pod: str) -> str | None:
+        """The uid of the pod of key ``pod`` as the watches see it (None: no such pod)."""
+        return self._uid_of(pod)
+
     def asked(self, pod: str) -> Asked | None:
         """The scheduler asks to evict ``pod``: noted under its current uid, which is returned."""
         uid = self._uid_of(pod)
@@ -131,7 +135,11 @@ class InventoryBinder:
 
 
 class ClusterBinder:
-    """Binding subresource with the ``tessera.io/gpu-assignment`` annotation; Eviction API to undo."""
+    """Binding subresource with the ``tessera.io/gpu-assignment`` annotation; Eviction API to undo.
+
+    The annotation names the node and the uid of the pod bound, as the watches see it: that is how
+    the scheduler tells its own binds (:func:`~tessera.scheduler.service_layer.bound_pods.our_bind`)
+    from a pod someone bound by hand with a copy of the annotation, whose uid differs."""
 
     def __init__(
         self,
@@ -159,7 +167,7 @@ class ClusterBinder:
             GpuShare(node_uuids.get(index, f"{allocation.node}-gpu-{index}"), milli)
             for index, milli in allocation.gpu_milli
         )
-        assignment = DeviceAssignment(allocation.node, shares)
+        assignment = DeviceAssignment(allocation.node, shares, self.evictions.uid_of(allocation.pod))
         ref = PodRef.parse(allocation.pod)
         try:
             self._wait(self.cluster.bind(ref, allocation.node, assignment))

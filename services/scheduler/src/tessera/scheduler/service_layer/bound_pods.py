@@ -102,13 +102,19 @@ def held_by_others(cache: SchedulerCache, key: str) -> bool:
 
 def our_bind(pod: Pod) -> bool:
     """Whether a pod of ours is bound where our bind put it: the Binding the scheduler posts writes
-    the ``tessera.io/gpu-assignment`` annotation, naming the node, in the update that binds the pod
-    (a bind of this process or of an earlier leader, even one that timed out or was rolled back)."""
+    the ``tessera.io/gpu-assignment`` annotation, naming the node and the pod's uid, in the update
+    that binds the pod (a bind of this process or of an earlier leader, even one that timed out or
+    was rolled back). The uid is what tells our bind from a copy: a user who copies the annotation
+    onto a pod they bind by hand copies another pod's uid (the API server gives each pod its own),
+    and an annotation without one (written by hand, or by a bind before the uid was written) is
+    none of ours. The mark lives on the pod, so it holds across restarts and leaders."""
     return (
         pod.scheduler_name == SCHEDULER_NAME
         and pod.node_name is not None
         and pod.assignment is not None
         and pod.assignment.node == pod.node_name
+        and pod.assignment.pod_uid is not None
+        and pod.assignment.pod_uid == pod.uid
     )
 
 

@@ -38,7 +38,7 @@ from tessera.scheduler.domain.placement import TypicalPod
 from tessera.scheduler.domain.placement.observed_workload import typical_workload
 from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
 from tessera.scheduler.domain.snapshot import Allocation, NodeInfo
-from tessera.scheduler.service_layer.bound_pods import hold_foreign
+from tessera.scheduler.service_layer.bound_pods import hold_foreign, our_bind
 from tessera.scheduler.service_layer.engine_state import EngineState
 from tessera.scheduler.service_layer.gangs import (
     inventory_node,
@@ -249,7 +249,8 @@ def adopt_cluster_pods(
     """What the cluster shows bound on known nodes that the table does not: (pods of our gangs bound
     before their placement was recorded, pods that hold capacity as someone else's placement).
 
-    The first are members of a gang being rebuilt that carry the assignment our binds write; a pod
+    The first are members of a gang being rebuilt that our bind bound (:func:`~.bound_pods.our_bind`:
+    the assignment names their node and their own uid, so a copied one adopts nothing); a pod
     with a job's id is a member only in the job's namespaces (:func:`~.gangs.job_namespaces`), as
     on the watches. The second are pods of other schedulers, and pods of ours that someone else
     bound (no member, or no assignment), and pods of ours the scheduler asked to evict that do not
@@ -267,7 +268,8 @@ def adopt_cluster_pods(
         if key in recorded:
             continue
         gang = _gang_of(pod, gangs, specs, jobs_namespace)
-        allocation = _cluster_allocation(pod, gang, uuids.get(pod.node_name or "", {})) if gang else None
+        own = gang if gang is not None and our_bind(pod) else None
+        allocation = _cluster_allocation(pod, own, uuids.get(pod.node_name or "", {})) if own else None
         if allocation is not None and not pod.deleting and not cluster.evictions.pending(pod):
             adopted.append(allocation)
         elif not pod.deleting:

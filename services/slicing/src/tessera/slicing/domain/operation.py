@@ -273,9 +273,18 @@ class Operation:
         self._forget_reboot()
         self.updated_at = now
 
+    def fails_for_good(self, policy: RetryPolicy) -> bool:
+        """Whether a failed attempt now ends the operation: its retries are spent."""
+        return self.attempts >= policy.max_attempts
+
+    def failure_reason(self, why: str) -> str:
+        """Why the operation fails for good when its last attempt failed for `why`."""
+        return f"{self.attempts} attempts failed; last: {why}"
+
     def attempt_failed(self, why: str, now: datetime, policy: RetryPolicy) -> None:
-        """An apply failed or timed out: retry after a backoff, or, retries spent, fail for good."""
-        if self.attempts < policy.max_attempts:
+        """An apply failed or timed out: retry after a backoff, or, retries spent, fail for good
+        (outcome left_cordoned: the service has cordoned the node and reported the failure on it)."""
+        if not self.fails_for_good(policy):
             self._go(OpState.APPLYING, now)
             self.retry_at = now + policy.backoff_after(self.attempts)
             self.written = False
@@ -286,7 +295,7 @@ class Operation:
         self._go(OpState.FAILED, now)
         self.deadline = None
         self._forget_reboot()
-        self.reason = f"{self.attempts} attempts failed; last: {why}"
+        self.reason = self.failure_reason(why)
         self._failed("left_cordoned", self.reason)
 
     def succeeded(self, now: datetime, resources: Mapping[str, int]) -> None:

@@ -265,10 +265,13 @@ async def _roll_back(operator: Operator, op: Operation, why: str, now: datetime)
 
 
 async def _attempt_failed(operator: Operator, op: Operation, why: str, now: datetime) -> None:
+    if op.fails_for_good(operator.policy):
+        # The node is cordoned and told before the operation says it was left cordoned: a node
+        # deleted meanwhile raises NotFound here, and `step` ends the operation node_gone instead.
+        await _leave_cordoned(operator, op)
+        await operator.cluster.report_failure(op.change.node, op.operation_id, op.failure_reason(why))
     op.attempt_failed(why, now, operator.policy)
     if op.state is OpState.FAILED:
-        await _leave_cordoned(operator, op)
-        await operator.cluster.report_failure(op.change.node, op.operation_id, op.reason or why)
         log.error(
             "slicing operation failed",
             extra={"operation": op.operation_id, "node": op.change.node, "reason": op.reason},

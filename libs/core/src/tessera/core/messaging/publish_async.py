@@ -16,6 +16,14 @@ Its PubAck handler (`_handle_async_reply`) turns an error PubAck into an excepti
 (nats.py logs "encountered error") and the future is never completed, so a refused message (a full
 stream's 503, say) looked like a PubAck that never came. `publish_async` below wraps the handler,
 before the context subscribes it on its first `publish_async`, so the future fails with the error.
+
+It takes its slot with `asyncio.wait_for(semaphore.acquire(), timeout=wait_stall)`, which on Python
+3.11 wraps the acquire in a task of its own and waits for it even when a slot is free: every message
+cost a task and a turn of the event loop, and with that turn nats.py's flusher wrote each message to
+the socket alone (a `send` call per message). While a slot is free, `publish_async` below passes no
+`wait_stall`: nats.py then awaits the acquire inline, which takes the slot without suspending, so a
+round's messages go out together. Waiting for a slot is still bounded by `wait_stall` when none is
+free.
 """
 
 from __future__ import annotations
@@ -54,14 +62,26 @@ async def publish_async(
     one publishing with `publish_async` on `js` (the outbox relay is, on its service's context): then
     a pending future of `js` that is not in `held` after a failed call is one that call registered."""
     _complete_refusals(js)
+    stall: float | None = None if _slot_free(js) else wait_stall
     try:
         future: asyncio.Future[PubAck] = await js.publish_async(
-            subject, payload, headers=headers, wait_stall=wait_stall
+            subject, payload, headers=headers, wait_stall=stall
         )
     except BaseException:
         _cancel_unheld(js, held)
         raise
     return future
+
+
+def _slot_free(js: Any) -> bool:
+    """Whether nats.py's `publish_async` on `js` takes its slot without waiting: its PubAck handler
+    is subscribed (the first call awaits the subscription before it takes a slot) and its
+    semaphore has a slot free. Nothing runs between this check and the acquire, so the slot is
+    there when the acquire comes."""
+    if getattr(js, "_async_reply_prefix", None) is None:
+        return False
+    semaphore = getattr(js, "_publish_async_pending_semaphore", None)  # nats-py 2.16
+    return isinstance(semaphore, asyncio.Semaphore) and not semaphore.locked()
 
 
 def _cancel_unheld(js: Any, held: Container[asyncio.Future[PubAck]]) -> None:

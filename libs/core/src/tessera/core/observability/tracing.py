@@ -33,8 +33,21 @@ def configure_tracing(
     return provider
 
 
+#: the tracer `tracer()` last made, and the provider it came from
+_tracer: tuple[trace.TracerProvider, trace.Tracer] | None = None
+
+
 def tracer() -> trace.Tracer:
-    return trace.get_tracer(TRACER_NAME)
+    """Tessera's tracer from the installed provider, asked for once while that provider stays
+    installed: the SDK's `get_tracer` builds an instrumentation scope, installs a warnings filter and
+    takes a lock on every call before it finds the tracer it made, a cost the consumer paid for
+    every message handled. A provider installed later is asked for its own."""
+    global _tracer
+    provider = trace.get_tracer_provider()
+    made = _tracer
+    if made is None or made[0] is not provider:
+        made = _tracer = (provider, provider.get_tracer(TRACER_NAME))
+    return made[1]
 
 
 def current_trace_headers() -> dict[str, str]:
@@ -46,7 +59,7 @@ def current_trace_headers() -> dict[str, str]:
 @contextmanager
 def span_from_headers(name: str, headers: Mapping[str, str], **attributes: str | int) -> Iterator[Span]:
     """A consumer span, child of the producer's context carried in the message headers."""
-    parent = propagate.extract(dict(headers))
+    parent = propagate.extract(headers)
     token = context.attach(parent)
     try:
         with tracer().start_as_current_span(

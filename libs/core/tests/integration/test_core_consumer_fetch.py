@@ -1,14 +1,16 @@
 """The consumer's fetch on real NATS and PostgreSQL: one pull takes every message already there as
-one batch (up to the batch size), and a lone message is handled without waiting for a batch to fill."""
+one batch (up to the batch size), without a task per message, and a lone message is handled without
+waiting for a batch to fill."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import replace
 
 import pytest
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
 from tessera.core.db.uow import UnitOfWork
 from tessera.core.messaging.consumer import ConsumerRunner
@@ -36,11 +38,43 @@ class BatchRecorder(ConsumerRunner[UnitOfWork]):
         await super().handle_batch(msgs)
 
 
+class TaskCounter(BatchRecorder):
+    """Records, for each fetch, the messages it took and the tasks it made."""
+
+    fetches: list[tuple[int, int]]
+
+    async def _fetch(self, sub: JetStreamContext.PullSubscription) -> list[Msg]:
+        loop = asyncio.get_running_loop()
+        made = 0
+
+        def counting(
+            loop: asyncio.AbstractEventLoop, coro: Coroutine[object, object, object], **kwargs: object
+        ) -> asyncio.Task[object]:
+            nonlocal made
+            made += 1
+            return asyncio.Task(coro, loop=loop, **kwargs)  # type: ignore[arg-type]
+
+        before = loop.get_task_factory()
+        loop.set_task_factory(counting)  # type: ignore[arg-type]
+        try:
+            msgs = await super()._fetch(sub)
+        finally:
+            loop.set_task_factory(before)
+        self.fetches.append((len(msgs), made))
+        return msgs
+
+
 async def run_consumer(
-    bus: Bus, behaviour: Behaviour, *, linger_s: float, batch: int, expected: int
-) -> list[int]:
+    bus: Bus,
+    behaviour: Behaviour,
+    *,
+    linger_s: float,
+    batch: int,
+    expected: int,
+    runner_type: type[BatchRecorder] = BatchRecorder,
+) -> BatchRecorder:
     stop = asyncio.Event()
-    runner = BatchRecorder(
+    runner = runner_type(
         bus.nc.jetstream(),
         replace(spec(behaviour, batch=batch), linger_s=linger_s),
         bus.uow,
@@ -49,6 +83,8 @@ async def run_consumer(
         stop,
     )
     runner.batches = []
+    if isinstance(runner, TaskCounter):
+        runner.fetches = []
     task = asyncio.create_task(runner.run())
     try:
         await eventually(
@@ -57,7 +93,7 @@ async def run_consumer(
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=10)
-    return runner.batches
+    return runner
 
 
 async def _ready(value: bool) -> bool:
@@ -70,7 +106,7 @@ async def test_a_backlog_is_taken_in_full_batches_in_order(bus: Bus, linger_s: f
     for job_id in job_ids:
         await bus.publish(job_id)
     behaviour = Behaviour()
-    batches = await run_consumer(bus, behaviour, linger_s=linger_s, batch=5, expected=12)
+    batches = (await run_consumer(bus, behaviour, linger_s=linger_s, batch=5, expected=12)).batches
     assert behaviour.handled == job_ids, "handled once each, in stream order"
     assert batches == [5, 5, 2], "each pull took every message already there, up to the batch"
 
@@ -78,6 +114,20 @@ async def test_a_backlog_is_taken_in_full_batches_in_order(bus: Bus, linger_s: f
 async def test_a_lone_message_is_handled_alone_without_waiting_for_the_batch(bus: Bus) -> None:
     await bus.publish("alone")
     behaviour = Behaviour()
-    batches = await run_consumer(bus, behaviour, linger_s=0.0, batch=64, expected=1)
+    batches = (await run_consumer(bus, behaviour, linger_s=0.0, batch=64, expected=1)).batches
     assert behaviour.handled == ["alone"]
     assert batches == [1]
+
+
+async def test_a_backlog_is_taken_without_a_task_per_message(bus: Bus) -> None:
+    job_ids = [f"j{i:02d}" for i in range(40)]
+    for job_id in job_ids:
+        await bus.publish(job_id)
+    behaviour = Behaviour()
+    runner = await run_consumer(bus, behaviour, linger_s=0.0, batch=64, expected=40, runner_type=TaskCounter)
+    assert isinstance(runner, TaskCounter)
+    assert behaviour.handled == job_ids, "handled once each, in stream order"
+    taken, made = runner.fetches[0]
+    assert taken == 40
+    # before: nats.py's `next_msg` made two tasks for each message, queued already or not
+    assert made <= 10, f"{made} tasks for a batch of {taken}"

@@ -19,6 +19,7 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from tessera.contracts import subjects
 from tessera.core.messaging.consumer_spec import ConsumerSpec, UowT
+from tessera.core.messaging.pull_queue import take_queued_at_once
 from tessera.core.observability.metrics import Metrics
 from tessera.core.observability.ratelimit import RateLimitedLog
 from tessera.core.waits import wait_any
@@ -144,6 +145,7 @@ class PullLoop(Generic[UowT]):
                     stream=stream,
                     config=config,
                 )
+                take_queued_at_once(getattr(sub, "_sub", None))  # a batch without a task per message
                 self._stream_created = info.created
                 self._limit_lifted = False
                 await self._deliver_without_limit(stream, await self._read_ack_floor(sub))

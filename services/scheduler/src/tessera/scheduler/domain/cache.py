@@ -15,7 +15,8 @@ from dataclasses import replace
 from enum import StrEnum
 from types import MappingProxyType
 
-from tessera.scheduler.domain.snapshot import MILLI_PER_GPU, Allocation, NodeInfo, Snapshot
+from tessera.scheduler.domain.node_changes import NodeChanges
+from tessera.scheduler.domain.snapshot import MILLI_PER_GPU, Allocation, NodeInfo, RunningTotals, Snapshot
 
 
 class CacheConflict(ValueError):
@@ -37,6 +38,10 @@ class SchedulerCache:
         self._on_node: dict[str, set[str]] = {}
         self._generation = 0
         self._snapshot: Snapshot | None = None
+        self._changes = NodeChanges()
+        self._totals = RunningTotals()
+        # A node was added or removed since the last snapshot (the order of the nodes changed).
+        self._reordered = True
 
     @classmethod
     def rebuild(cls, nodes: Iterable[NodeInfo], bound: Iterable[Allocation] = ()) -> SchedulerCache:
@@ -57,9 +62,15 @@ class SchedulerCache:
 
     def snapshot(self) -> Snapshot:
         """The current state, frozen; the same object until the cache changes."""
-        if self._snapshot is None or self._snapshot.generation != self._generation:
-            self._snapshot = Snapshot(MappingProxyType(dict(self._nodes)), self._generation)
-        return self._snapshot
+        previous = self._snapshot
+        if previous is not None and previous.generation == self._generation:
+            return previous
+        snapshot = Snapshot(MappingProxyType(dict(self._nodes)), self._generation, self._changes)
+        snapshot._totals.append(self._totals.totals())
+        if previous is not None and not self._reordered:
+            snapshot._positions.extend(previous._positions)  # the same nodes in the same order
+        self._snapshot, self._reordered = snapshot, False
+        return snapshot
 
     def node(self, name: str) -> NodeInfo:
         return self._nodes[name]
@@ -103,9 +114,9 @@ class SchedulerCache:
         for allocation in lost:
             del self._allocations[allocation.pod]
             del self._states[allocation.pod]
-        del self._base[name], self._nodes[name], self._on_node[name]
+        del self._base[name], self._on_node[name]
         self._marked_unhealthy.pop(name, None)
-        self._bump()
+        self._set_node(name, None)
         return lost
 
     def set_gpu_health(self, node: str, index: int, healthy: bool) -> None:
@@ -169,8 +180,7 @@ class SchedulerCache:
         self._allocations[allocation.pod] = allocation
         self._states[allocation.pod] = PodState.ASSUMED
         self._on_node[allocation.node].add(allocation.pod)
-        self._nodes[node.name] = node.with_allocation(allocation)
-        self._bump()
+        self._set_node(node.name, node.with_allocation(allocation))
 
     def confirm_bound(self, pod: str) -> None:
         if pod not in self._states:
@@ -190,8 +200,7 @@ class SchedulerCache:
             return None
         del self._states[pod]
         self._on_node[allocation.node].discard(pod)
-        self._nodes[allocation.node] = self._nodes[allocation.node].without_allocation(allocation)
-        self._bump()
+        self._set_node(allocation.node, self._nodes[allocation.node].without_allocation(allocation))
         return allocation
 
     # -- internals -----------------------------------------------------------------------------
@@ -210,8 +219,16 @@ class SchedulerCache:
             node = replace(node, gpus=gpus)
         for pod in sorted(self._on_node[name]):
             node = node.with_allocation(self._allocations[pod])
-        self._nodes[name] = node
-        self._bump()
+        self._set_node(name, node)
 
-    def _bump(self) -> None:
+    def _set_node(self, name: str, node: NodeInfo | None) -> None:
+        """Node ``name`` is replaced, added or removed (None): a new generation, the change logged
+        and counted in the totals."""
+        old = self._nodes.pop(name, None) if node is None else self._nodes.get(name)
+        if node is not None:
+            self._nodes[name] = node
+        if old is None or node is None:
+            self._reordered = True
+        self._totals.replace(old, node)
         self._generation += 1
+        self._changes.record(self._generation, name)

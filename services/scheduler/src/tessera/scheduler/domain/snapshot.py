@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tessera.cluster.domain.node import Taint
+from tessera.scheduler.domain.node_changes import NodeChanges
 
 MILLI_PER_GPU = 1000
 RACK_LABEL = "topology.kubernetes.io/rack"
@@ -218,6 +219,8 @@ class NodeInfo:
     """A healthy time-sliced GPU has a replica free (it takes a share of any milli)."""
     has_unhealthy: bool = field(init=False, repr=False, compare=False)
     models: frozenset[str] = field(init=False, repr=False, compare=False)
+    offered_idle_milli: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    """Each GPU's idle milli, 0 for a GPU not offered (unhealthy or in MIG mode)."""
 
     def __post_init__(self) -> None:
         if self.topology.size != len(self.gpus):
@@ -230,6 +233,7 @@ class NodeInfo:
                     f"node {self.name}.gpus[{position}]: index must be {position}, got {gpu.index}"
                 )
         # GPUs in MIG mode count nowhere here: only their MIG devices are placed on
+        offered_idle = tuple(gpu.idle_milli if gpu.offered else 0 for gpu in self.gpus)
         healthy_idle = [gpu.idle_milli for gpu in self.gpus if gpu.offered]
         derived = {
             "gpu_milli_used": sum(gpu.milli_used for gpu in self.gpus),
@@ -242,6 +246,7 @@ class NodeInfo:
             ),
             "has_unhealthy": any(not gpu.healthy for gpu in self.gpus),
             "models": frozenset(gpu.model for gpu in self.gpus),
+            "offered_idle_milli": offered_idle,
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
@@ -304,13 +309,61 @@ class ClusterTotals:
     schedulable_nodes: int
 
 
+class RunningTotals:
+    """:class:`ClusterTotals` kept up to date node by node (the cache's), so a snapshot need not sum
+    them over every node."""
+
+    __slots__ = ("_free", "_free_on_a_node", "_idle_on_a_node", "_milli", "_schedulable")
+
+    def __init__(self) -> None:
+        self._free = 0
+        self._milli = 0
+        self._schedulable = 0
+        # How many schedulable nodes have each count of free whole GPUs, of idle GPUs.
+        self._free_on_a_node: dict[int, int] = {}
+        self._idle_on_a_node: dict[int, int] = {}
+
+    def replace(self, old: NodeInfo | None, new: NodeInfo | None) -> None:
+        """A node changed from ``old`` to ``new`` (None: absent)."""
+        if old is not None and old.schedulable:
+            self._count(old, -1)
+        if new is not None and new.schedulable:
+            self._count(new, 1)
+
+    def totals(self) -> ClusterTotals:
+        return ClusterTotals(
+            free_whole_gpus=self._free,
+            free_healthy_milli=self._milli,
+            max_free_whole_gpus_on_a_node=max(self._free_on_a_node, default=0),
+            max_idle_gpus_on_a_node=max(self._idle_on_a_node, default=0),
+            schedulable_nodes=self._schedulable,
+        )
+
+    def _count(self, node: NodeInfo, sign: int) -> None:
+        self._free += sign * node.free_whole_gpus
+        self._milli += sign * node.free_healthy_milli
+        self._schedulable += sign
+        for counts, value in (
+            (self._free_on_a_node, node.free_whole_gpus),
+            (self._idle_on_a_node, node.idle_gpus_any_health),
+        ):
+            left = counts.get(value, 0) + sign
+            if left:
+                counts[value] = left
+            else:
+                del counts[value]
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """An immutable, ordered map of node name to :class:`NodeInfo`, tagged with the cache generation."""
 
     nodes: Mapping[str, NodeInfo]
     generation: int = 0
+    changes: NodeChanges | None = field(default=None, repr=False, compare=False)
+    """The cache's log of changed nodes (see :mod:`.node_changes`); None for a snapshot made otherwise."""
     _totals: list[ClusterTotals] = field(default_factory=list, init=False, repr=False, compare=False)
+    _positions: list[Mapping[str, int]] = field(default_factory=list, init=False, repr=False, compare=False)
     #: what plugins derive once per snapshot (the snapshot never changes, so neither do they)
     memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -351,6 +404,13 @@ class Snapshot:
                 )
             )
         return self._totals[0]
+
+    def positions(self) -> Mapping[str, int]:
+        """Each node's place in snapshot order, computed once (or handed on by the cache while no
+        node was added or removed, which is all that changes the order)."""
+        if not self._positions:
+            self._positions.append({name: i for i, name in enumerate(self.nodes)})
+        return self._positions[0]
 
     def with_node(self, node: NodeInfo, generation: int | None = None) -> Snapshot:
         nodes = dict(self.nodes)

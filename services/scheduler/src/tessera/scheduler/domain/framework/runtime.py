@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import cast
 
 from tessera.scheduler.domain.framework.cycle_state import CycleState
@@ -96,39 +97,46 @@ class Framework:
             return self._schedule_afresh(state, pod, snapshot, filters)
         local = [w for w in scores if id(w.plugin) in self._node_local]
         live = [w for w in scores if id(w.plugin) not in self._node_local]
-        verdicts = self._verdicts.for_shape(_shape(pod, state, local), len(snapshot.nodes))
+        view = self._verdicts.for_shape(_shape(pod, state, local), len(snapshot.nodes))
         keys = tuple(dict.fromkeys(key for plugin in filters for key in cast(NodeLocal, plugin).node_keys))
         notes = [state.read(key) for key in keys]
-        feasible: list[NodeVerdict] = []
-        rejections: list[Status] = []
-        for name, node in snapshot.nodes.items():
-            verdict = verdicts.get(name)
-            if verdict is None or verdict.node is not node:
+        nodes = snapshot.nodes
+        verdicts = view.verdicts
+        for name in view.stale(snapshot):
+            node = nodes.get(name)
+            kept = verdicts.get(name)
+            if node is None:
+                if kept is not None:
+                    view.put(name, None)
+            elif kept is None or kept.node is not node:
                 status = self._filter_node(filters, state, pod, node)
                 recorded = tuple((i, noted[name]) for i, noted in enumerate(notes) if name in noted)
-                verdict = verdicts[name] = NodeVerdict(node, None if status.ok else status, recorded)
-            elif verdict.notes:
-                for i, value in verdict.notes:
-                    notes[i][name] = value
-            if verdict.rejection is None:
-                feasible.append(verdict)
-            else:
-                rejections.append(verdict.rejection)
-        filtered = Diagnosis.of(rejections, len(snapshot.nodes))
+                view.put(name, NodeVerdict(node, None if status.ok else status, recorded))
+        view.seen(snapshot)
+        for noted, kept_notes in zip(notes, view.notes, strict=False):
+            noted.update(kept_notes)
+        filtered = Diagnosis(dict(view.rejected), len(nodes))
+        feasible = view.feasible
         if not feasible:
             return ScheduleResult(None, filtered)
         if len(feasible) == 1:
-            return ScheduleResult(feasible[0].node.name, feasible_nodes=1, filtered=filtered)
-        unscored = [verdict.node for verdict in feasible if verdict.score is None]
-        if unscored:
+            return ScheduleResult(next(iter(feasible)), feasible_nodes=1, filtered=filtered)
+        if view.unscored:
+            # in snapshot order, as every node afresh would score them
+            order = snapshot.positions()
+            unscored = [feasible[name] for name in sorted(view.unscored, key=order.__getitem__)]
             for name, total in self._score(state, pod, unscored, local).items():
-                verdicts[name].score = total
-        totals: dict[str, int] = {verdict.node.name: verdict.score or 0 for verdict in feasible}
-        nodes = [verdict.node for verdict in feasible]
+                view.score(name, total)
+        totals = dict(view.scores)
         if live:
-            for name, total in self._score(state, pod, nodes, live).items():
-                totals[name] += total
-        return self._best(nodes, totals, filtered)
+            self._score(state, pod, list(feasible.values()), live, totals, MappingProxyType(feasible))
+        top = max(totals.values())
+        best = [name for name, total in totals.items() if total == top]
+        # Ties go to the first node in snapshot order, so a decision is reproducible.
+        chosen = best[0] if len(best) == 1 else min(best, key=snapshot.positions().__getitem__)
+        return ScheduleResult(
+            chosen, score=top, feasible_nodes=len(feasible), scores=totals, filtered=filtered
+        )
 
     def _schedule_afresh(
         self, state: CycleState, pod: PodSpec, snapshot: Snapshot, filters: Sequence[FilterPlugin]
@@ -189,16 +197,23 @@ class Framework:
         return self._score(state, pod, nodes, scores)
 
     def _score(
-        self, state: CycleState, pod: PodSpec, nodes: Sequence[NodeInfo], scores: Sequence[WeightedScore]
+        self,
+        state: CycleState,
+        pod: PodSpec,
+        nodes: Sequence[NodeInfo],
+        scores: Sequence[WeightedScore],
+        totals: dict[str, int] | None = None,
+        by_name: Mapping[str, NodeInfo] | None = None,
     ) -> dict[str, int]:
-        """PreScore, then the weighted sum of the ``scores`` of each node."""
+        """PreScore, then the weighted sum of the ``scores`` of each node, added to ``totals`` when
+        given (which then names every node of ``nodes``, as ``by_name`` does when given)."""
         for weighted in scores:
             if id(weighted.plugin) in self._pre_scores:
                 status = cast(PreScorePlugin, weighted.plugin).pre_score(state, pod, nodes)
                 if not status.ok:
                     raise ValueError(f"plugin {weighted.plugin.name}: pre_score failed: {status.message()}")
-        totals = {node.name: 0 for node in nodes}
-        by_name: dict[str, NodeInfo] | None = None
+        if totals is None:
+            totals = {node.name: 0 for node in nodes}
         named: Iterable[tuple[str, int]]
         for weighted in scores:
             plugin = weighted.plugin

@@ -98,7 +98,7 @@ class FragmentationScore:
             if model is None:
                 changes[node.name] = None
                 continue
-            before = tuple(gpu.idle_milli if gpu.offered else 0 for gpu in node.gpus)
+            before = node.offered_idle_milli
             after = list(before)
             for index, milli in choice:
                 after[index] = node.gpus[index].idle_after(milli)

@@ -5,6 +5,7 @@ engine replaces a connection the server closed while it was pooled."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
@@ -155,6 +156,32 @@ async def test_the_relay_drains_more_rows_than_one_batch_in_order(
     r.batch = 10
     assert [await r.publish_batch() for _ in range(4)] == [10, 10, 5, 0]
     assert js.sent == job_ids and await outbox_jobs(engine) == []
+
+
+async def test_a_round_gives_the_event_loop_a_turn_every_64_rows_it_sends(
+    db: tuple[AsyncEngine, async_sessionmaker[AsyncSession]],
+) -> None:
+    """A publish with a PubAck slot free does not suspend: a full batch must not hold the loop."""
+    engine, sessions = db
+    await fill_outbox(sessions, [f"j{i:03d}" for i in range(200)])
+    js = JetStream()  # answers at once, without suspending, as a free slot does
+    seen: list[int] = []
+    watching = True
+
+    async def watch() -> None:
+        while watching:
+            seen.append(len(js.sent))
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        assert await relay(js, sessions).publish_batch_outcomes() == (200, 0)
+    finally:
+        watching = False
+        await watcher
+    gaps = [after - before for before, after in itertools.pairwise(seen)]
+    assert max(gaps) <= 64, f"{max(gaps)} rows sent without a turn of the loop"  # before: 200
+    assert await outbox_jobs(engine) == []
 
 
 class CountingRelay(OutboxRelay):

@@ -60,6 +60,10 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 _STREAM_STORE_FAILED = 10077
 #: subjects asked about per round at most, when nothing of the round went through
 _STREAM_LOOKUPS = 8
+#: rows a round sends between two turns it gives the event loop: a publish with a PubAck slot free
+#: does not suspend, so a round of a full batch would otherwise hold the loop (the service's other
+#: work, nats.py's flusher) for the whole batch
+_SENT_BETWEEN_TURNS = 64
 #: what nats.py refuses before sending: the same row is refused the same way every time
 _UNSENDABLE: tuple[type[BaseException], ...] = (
     nats.errors.MaxPayloadError,
@@ -335,6 +339,8 @@ class OutboxRelay:
             try:
                 async with asyncio.timeout(self.ack_timeout_s):
                     for sending, row in enumerate(rows):
+                        if sending and sending % _SENT_BETWEEN_TURNS == 0:
+                            await asyncio.sleep(0)
                         if not connected(self.js):
                             outcomes[sending] = _DISCONNECTED
                             break

@@ -13,7 +13,7 @@ import asyncio
 import copy
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -417,3 +417,24 @@ async def test_a_lws_groups_preemption_is_told_once_though_the_round_died_after_
     assert cluster.objects["LwsPod"] == []
     told = [reason for reason, _ in view.named.values()]
     assert told == ["Queued", "Admitted", "Admitted", "Admitted", "Preempted"]
+
+
+async def test_a_lws_groups_wait_reasons_given_again_later_are_told_again() -> None:
+    """A group waits for reason A, then B, then A, then B again: four Events (before, the second B had
+    the name of the first, each the change from A, and was taken as told already, so `kubectl
+    describe` showed the first B's time). The same change told again is one Event."""
+    uow = UnitOfWork()
+    uow.configure(QUEUES)
+    cluster = Cluster()
+    user_creates_a_lws(cluster)
+    view = LwsView(cluster)
+    assert await sync_lws_groups(lambda: uow, view) == 1
+    (job_id,) = uow.fake_jobs.stored
+    job = uow.job(job_id)
+    reasons = ("Inadmissible", "QuotaExhausted", "Inadmissible", "QuotaExhausted")
+    for minute, reason in enumerate(reasons):
+        job.wait(reason, f"why {reason}", datetime(2026, 11, 24, 9, minute, tzinfo=UTC))
+        await sync_lws_groups(lambda: uow, view)
+        await sync_lws_groups(lambda: uow, view)  # nothing new: nothing told
+    told = [reason for reason, _ in view.named.values()]
+    assert told == ["Queued", *reasons]

@@ -94,7 +94,8 @@ async def sync_lws_groups(uow: Callable[[], AdmissionUnitOfWork], cluster: LwsCl
             job = await work.jobs.get(job_id)
             state = job.state if job is not None else None
             if job is not None and job.state is JobState.QUEUED and job.waiting:
-                changed += await _say_why(work, cluster, group, job_id, job.waiting)
+                since = job.history[-1].at if job.history else job.submitted_at
+                changed += await _say_why(work, cluster, group, job_id, job.waiting, since)
             if job is None and complete(lws, group):
                 if priorities is None:  # read once a round, and only when there is a group to submit
                     priorities = KubePriorities.of(await cluster.priority_classes())
@@ -139,10 +140,17 @@ async def _queued(
 
 
 async def _say_why(
-    work: AdmissionUnitOfWork, cluster: LwsCluster, group: LwsGroup, job_id: str, waiting: tuple[str, str]
+    work: AdmissionUnitOfWork,
+    cluster: LwsCluster,
+    group: LwsGroup,
+    job_id: str,
+    waiting: tuple[str, str],
+    since: datetime,
 ) -> int:
     """An Event on the LeaderWorkerSet with the reason its group waits, once per reason (the last one
-    said is the note of the job's workload record)."""
+    said is the note of the job's workload record). Its name is made from the change and the time the
+    job's record last changed (`since`): told again after a crash it is the same Event, and a reason
+    told before and given again later (A, B, A, B) is another one."""
     record = await work.workloads.of_job(job_id)
     message = f"group {group.index} waits: {waiting[0]}: {waiting[1]}"
     if record is None or record[3] == message:
@@ -150,7 +158,7 @@ async def _say_why(
     namespace, objects, applied, said = record
     await work.workloads.record(job_id, namespace, objects, applied, datetime.now(UTC), message, Owner.USER)
     await work.commit()
-    name = group_event_name(group, job_id, waiting[0], said, message)  # the change from what was said
+    name = group_event_name(group, job_id, waiting[0], said, message, since.isoformat())
     await cluster.event(group.namespace, group.lws, "Normal", waiting[0], message, LWS, name)
     return 0
 

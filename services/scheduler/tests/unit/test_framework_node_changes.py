@@ -21,8 +21,9 @@ from tessera.scheduler.domain.framework.runtime import Framework
 from tessera.scheduler.domain.gang.registry import GangRegistry
 from tessera.scheduler.domain.node_changes import NodeChanges
 from tessera.scheduler.domain.placement.observed_workload import OPENB_TYPICAL_WORKLOAD
-from tessera.scheduler.domain.plugins.filters import GPU_CHOICE
+from tessera.scheduler.domain.plugins.filters import GPU_CHOICE, GpuFit
 from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
+from tessera.scheduler.domain.plugins.gpu_choice import choose_gpus
 from tessera.scheduler.domain.plugins.profiles import build_profile
 from tessera.scheduler.domain.plugins.reserve import RecordingBinder
 from tessera.scheduler.domain.snapshot import NodeInfo, Snapshot
@@ -113,18 +114,52 @@ def test_kept_verdicts_follow_nodes_that_come_and_go(
     assert decisions > 150, "the workload should place most pods"
 
 
-def test_the_cache_keeps_the_totals_summed_over_every_node() -> None:
+def test_the_cache_keeps_the_totals_and_the_gangs_nodes_as_every_node_says() -> None:
     rng = random.Random(11)
     nodes = cluster(rng, 40)
     cache = SchedulerCache.rebuild(nodes)
     framework = Framework(build_profile(cache, GangRegistry(), RecordingBinder(), gangs=False))
     placed: list[str] = []
+    snapshots: list[Snapshot] = []
     for i in range(300):
         snapshot = cache.snapshot()
-        assert snapshot.totals == Snapshot.of(snapshot.nodes.values()).totals
-        pod = make_pod(f"p{i}", f"p{i}", **SHAPES[rng.randrange(len(SHAPES))])  # type: ignore[arg-type]
+        snapshots.append(snapshot)
+        walked = Snapshot.of(snapshot.nodes.values())
+        assert snapshot.totals == walked.totals
+        for older in (snapshot, rng.choice(snapshots)):  # an older one: nodes changed since it
+            for gang in {f"gang-{rng.randrange(i // 3 + 1)}" for _ in range(3)}:
+                assert older.holding(gang) == Snapshot.of(older.nodes.values()).holding(gang)
+        pod = make_pod(f"p{i}", f"gang-{i // 3}", **SHAPES[rng.randrange(len(SHAPES))])  # type: ignore[arg-type]
         state = CycleState()
         result = framework.schedule_pod(state, pod, snapshot)
         if result.node is not None and framework.run_reserve(state, pod, result.node).ok:
             placed.append(pod.name)
         random_event(rng, cache, nodes, placed)
+
+
+def test_gpu_fit_chooses_on_each_node_what_choose_gpus_chooses_there() -> None:
+    """GpuFit keeps the GPUs it chose per node and GPU request: pods of other CPU or memory asking
+    the same GPUs of a node that has not changed get that set, and a changed node is chosen afresh."""
+    rng = random.Random(5)
+    nodes = cluster(rng, 30)
+    cache = SchedulerCache.rebuild(nodes)
+    profile = build_profile(cache, GangRegistry(), RecordingBinder(), gangs=False)
+    framework, gpu_fit = Framework(profile), next(p for p in profile.filter if isinstance(p, GpuFit))
+    placed: list[str] = []
+    compared = 0
+    for i in range(300):
+        shape = dict(SHAPES[rng.randrange(len(SHAPES))], cpu_milli=rng.choice((1000, 2000, 4000)))
+        pod = make_pod(f"p{i}", f"p{i}", **shape)  # type: ignore[arg-type]
+        state = CycleState()
+        snapshot = cache.snapshot()
+        result = framework.schedule_pod(state, pod, snapshot)
+        if pod.gpu_count:
+            chosen = state.read(GPU_CHOICE)
+            for node in snapshot.nodes.values():
+                if node.name in chosen:
+                    assert chosen[node.name] == choose_gpus(pod, node, gpu_fit.policy(pod))
+                    compared += 1
+        if result.node is not None and framework.run_reserve(state, pod, result.node).ok:
+            placed.append(pod.name)
+        random_event(rng, cache, nodes, placed)
+    assert compared > 1000

@@ -15,7 +15,7 @@ from dataclasses import replace
 from enum import StrEnum
 from types import MappingProxyType
 
-from tessera.scheduler.domain.node_changes import NodeChanges
+from tessera.scheduler.domain.node_changes import GangNodes, NodeChanges
 from tessera.scheduler.domain.snapshot import MILLI_PER_GPU, Allocation, NodeInfo, RunningTotals, Snapshot
 
 
@@ -40,6 +40,7 @@ class SchedulerCache:
         self._snapshot: Snapshot | None = None
         self._changes = NodeChanges()
         self._totals = RunningTotals()
+        self._gangs = GangNodes()
         # A node was added or removed since the last snapshot (the order of the nodes changed).
         self._reordered = True
 
@@ -65,7 +66,7 @@ class SchedulerCache:
         previous = self._snapshot
         if previous is not None and previous.generation == self._generation:
             return previous
-        snapshot = Snapshot(MappingProxyType(dict(self._nodes)), self._generation, self._changes)
+        snapshot = Snapshot(MappingProxyType(dict(self._nodes)), self._generation, self._changes, self._gangs)
         snapshot._totals.append(self._totals.totals())
         if previous is not None and not self._reordered:
             snapshot._positions.extend(previous._positions)  # the same nodes in the same order
@@ -230,5 +231,6 @@ class SchedulerCache:
         if old is None or node is None:
             self._reordered = True
         self._totals.replace(old, node)
+        self._gangs.replace(name, old, node)
         self._generation += 1
         self._changes.record(self._generation, name)

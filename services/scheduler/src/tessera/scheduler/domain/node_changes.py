@@ -4,12 +4,22 @@ The cache records here the name of every node it replaces, adds or removes, with
 change made. Its snapshots carry the log, so a reader that has seen the nodes of an older snapshot
 of the same cache can ask which of them may differ now instead of comparing every node. The log
 keeps its recent entries only; asked about a generation older than those, it answers None (compare
-every node).
+every node). It also keeps which nodes hold each gang's members, for the same reason.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Mapping
+from typing import Protocol
+
+
+class HoldsGangs(Protocol):
+    """What the gang index reads of a node (a :class:`~.snapshot.NodeInfo`)."""
+
+    @property
+    def gang_members(self) -> Mapping[str, int]: ...
+
 
 # Entries kept at most; past this the older half is forgotten.
 MAX_LOGGED_CHANGES = 100_000
@@ -49,3 +59,39 @@ class NodeChanges:
         if generation < self._floor:
             return None
         return set(self._names[bisect_right(self._generations, generation) :])
+
+
+class GangNodes:
+    """The nodes holding members of each gang, kept by the cache as its nodes change (the newest
+    generation's), so a snapshot answers :meth:`Snapshot.holding` without walking every node."""
+
+    __slots__ = ("_by_gang",)
+
+    def __init__(self) -> None:
+        self._by_gang: dict[str, set[str]] = {}
+
+    def replace(self, name: str, old: HoldsGangs | None, new: HoldsGangs | None) -> None:
+        """Node ``name`` changed from ``old`` to ``new`` (None: absent)."""
+        before: Mapping[str, int] = old.gang_members if old is not None else {}
+        after: Mapping[str, int] = new.gang_members if new is not None else {}
+        for gang in before:
+            if gang not in after:
+                nodes = self._by_gang[gang]
+                nodes.discard(name)
+                if not nodes:
+                    del self._by_gang[gang]
+        for gang in after:
+            if gang not in before:
+                self._by_gang.setdefault(gang, set()).add(name)
+
+    def holding(self, gang: str, nodes: Mapping[str, HoldsGangs], later: set[str]) -> frozenset[str]:
+        """The ``nodes`` (a snapshot's) holding members of ``gang``, given the nodes the cache
+        changed ``later`` than that snapshot."""
+        names = set(self._by_gang.get(gang, ()))
+        for name in later:  # changed after the snapshot was taken: the snapshot's node says
+            node = nodes.get(name)
+            if node is not None and gang in node.gang_members:
+                names.add(name)
+            else:
+                names.discard(name)
+        return frozenset(names)

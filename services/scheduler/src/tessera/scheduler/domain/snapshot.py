@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tessera.cluster.domain.node import Taint
-from tessera.scheduler.domain.node_changes import NodeChanges
+from tessera.scheduler.domain.node_changes import GangNodes, NodeChanges
 
 MILLI_PER_GPU = 1000
 RACK_LABEL = "topology.kubernetes.io/rack"
@@ -362,6 +362,8 @@ class Snapshot:
     generation: int = 0
     changes: NodeChanges | None = field(default=None, repr=False, compare=False)
     """The cache's log of changed nodes (see :mod:`.node_changes`); None for a snapshot made otherwise."""
+    gangs: GangNodes | None = field(default=None, repr=False, compare=False)
+    """The cache's nodes holding each gang's members, read with ``changes``."""
     _totals: list[ClusterTotals] = field(default_factory=list, init=False, repr=False, compare=False)
     _positions: list[Mapping[str, int]] = field(default_factory=list, init=False, repr=False, compare=False)
     #: what plugins derive once per snapshot (the snapshot never changes, so neither do they)
@@ -404,6 +406,13 @@ class Snapshot:
                 )
             )
         return self._totals[0]
+
+    def holding(self, gang: str) -> frozenset[str]:
+        """The nodes holding members of ``gang``."""
+        later = self.changes.since(self.generation) if self.changes is not None else None
+        if self.gangs is not None and later is not None:
+            return self.gangs.holding(gang, self.nodes, later)
+        return frozenset(name for name, node in self.nodes.items() if gang in node.gang_members)
 
     def positions(self) -> Mapping[str, int]:
         """Each node's place in snapshot order, computed once (or handed on by the cache while no

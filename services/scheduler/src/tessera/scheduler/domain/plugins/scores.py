@@ -81,9 +81,10 @@ class GangLocalityScore:
     name: str = "GangLocality"
 
     def pre_filter(self, state: CycleState, pod: PodSpec, snapshot: Snapshot) -> Status:
-        holding = [node for node in snapshot.nodes.values() if pod.gang in node.gang_members]
-        state.write(GANG_NODES, frozenset(node.name for node in holding))
-        state.write(GANG_RACKS, frozenset(node.rack for node in holding if node.rack is not None))
+        holding = snapshot.holding(pod.gang)
+        racks = (snapshot.nodes[name].rack for name in holding)
+        state.write(GANG_NODES, holding)
+        state.write(GANG_RACKS, frozenset(rack for rack in racks if rack is not None))
         return Status.success()
 
     def sparse_score(self, state: CycleState, pod: PodSpec, nodes: Mapping[str, NodeInfo]) -> dict[str, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -66,6 +67,8 @@ class NodeConstraints:
     name: str = "NodeConstraints"
 
     def filter(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> Status:
+        if not (pod.node_selector or pod.node_affinity or node.taints):
+            return Status.success()  # nothing to match, nothing to tolerate
         for key, value in pod.node_selector:
             if node.labels.get(key) != value:
                 return Status.unresolvable(Reason.NODE_SELECTOR_MISMATCH)
@@ -120,6 +123,11 @@ class GpuFit:
     revision: ClassVar[int] = 0
     args: GpuFitArgs = field(default_factory=GpuFitArgs)
     name: str = "GpuFit"
+    _chosen: dict[Hashable, tuple[NodeInfo, GpuSet | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """The GPUs chosen on a node for a GPU request, kept with the node state they were chosen on:
+    pods of other shapes (CPU, memory) asking the same GPUs of an unchanged node get the same set."""
 
     def policy(self, pod: PodSpec) -> Policy:
         return pod.gpu_policy or self.args.default_policy
@@ -144,11 +152,24 @@ class GpuFit:
             return _OVER_MPS_CLIENT
         if not self._may_fit(pod, node):
             return self._rejection(pod, node)
-        choice = choose_gpus(pod, node, self.policy(pod), self.args.exhaustive_limit)
+        choice = self._choose(pod, node)
         if choice is None:
             return self._rejection(pod, node)
         state.read(GPU_CHOICE)[node.name] = choice
         return Status.success()
+
+    def _choose(self, pod: PodSpec, node: NodeInfo) -> GpuSet | None:
+        """:func:`choose_gpus`, remembered per node and GPU request until the node changes."""
+        policy = self.policy(pod)
+        key = (node.name, pod.gpu_count, pod.gpu_milli, pod.gpu_models, policy)
+        kept = self._chosen.get(key)
+        if kept is not None and kept[0] is node:
+            return kept[1]
+        choice = choose_gpus(pod, node, policy, self.args.exhaustive_limit)
+        if len(self._chosen) >= MAX_KEPT_CHOICES:
+            self._chosen.clear()
+        self._chosen[key] = (node, choice)
+        return choice
 
     def _may_fit(self, pod: PodSpec, node: NodeInfo) -> bool:
         """A cheap bound from the node's counters; only a node that passes it is searched."""
@@ -161,6 +182,9 @@ class GpuFit:
             return _UNHEALTHY
         return _INSUFFICIENT
 
+
+# GPU sets kept in all by GpuFit (a few hundred bytes each); forgotten all at once past this many.
+MAX_KEPT_CHOICES = 100_000
 
 _INSUFFICIENT = Status(Code.UNSCHEDULABLE, (Reason.INSUFFICIENT_GPU,), "GpuFit")
 _OVER_MPS_CLIENT = Status(Code.UNSCHEDULABLE, (Reason.OVER_MPS_CLIENT_LIMIT,), "GpuFit")

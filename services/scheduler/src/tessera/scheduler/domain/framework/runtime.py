@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import cast
+from typing import Any, cast
 
 from tessera.scheduler.domain.framework.cycle_state import CycleState
 from tessera.scheduler.domain.framework.interfaces import (
@@ -100,6 +100,7 @@ class Framework:
         view = self._verdicts.for_shape(_shape(pod, state, local), len(snapshot.nodes))
         keys = tuple(dict.fromkeys(key for plugin in filters for key in cast(NodeLocal, plugin).node_keys))
         notes = [state.read(key) for key in keys]
+        single = notes[0] if len(notes) == 1 else None
         nodes = snapshot.nodes
         verdicts = view.verdicts
         for name in view.stale(snapshot):
@@ -110,7 +111,11 @@ class Framework:
                     view.put(name, None)
             elif kept is None or kept.node is not node:
                 status = self._filter_node(filters, state, pod, node)
-                recorded = tuple((i, noted[name]) for i, noted in enumerate(notes) if name in noted)
+                recorded: tuple[tuple[int, Any], ...]
+                if single is not None:  # the usual case: GpuFit's choice alone
+                    recorded = ((0, single[name]),) if name in single else ()
+                else:
+                    recorded = tuple((i, noted[name]) for i, noted in enumerate(notes) if name in noted)
                 view.put(name, NodeVerdict(node, None if status.ok else status, recorded))
         view.seen(snapshot)
         for noted, kept_notes in zip(notes, view.notes, strict=False):

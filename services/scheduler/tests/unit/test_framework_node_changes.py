@@ -10,6 +10,7 @@ totals the ones summed over every node.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 
 import pytest
 
@@ -17,7 +18,8 @@ from tessera.scheduler.domain import node_changes
 from tessera.scheduler.domain.cache import SchedulerCache
 from tessera.scheduler.domain.framework.builders import make_node, make_pod
 from tessera.scheduler.domain.framework.cycle_state import CycleState
-from tessera.scheduler.domain.framework.runtime import Framework
+from tessera.scheduler.domain.framework.pod import PodSpec
+from tessera.scheduler.domain.framework.runtime import Framework, Profile, WeightedScore
 from tessera.scheduler.domain.gang.registry import GangRegistry
 from tessera.scheduler.domain.node_changes import NodeChanges
 from tessera.scheduler.domain.placement.observed_workload import OPENB_TYPICAL_WORKLOAD
@@ -163,3 +165,37 @@ def test_gpu_fit_chooses_on_each_node_what_choose_gpus_chooses_there() -> None:
             placed.append(pod.name)
         random_event(rng, cache, nodes, placed)
     assert compared > 1000
+
+
+class _Scores:
+    """A Score plugin answering ``value`` for every node, or, sparse, naming ``names``."""
+
+    def __init__(self, value: int, names: tuple[str, ...] = ()) -> None:
+        self.name, self.value, self.names = "Fixed", value, names
+
+    def score(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> int:
+        return self.value
+
+    def sparse_score(self, state: CycleState, pod: PodSpec, nodes: Mapping[str, NodeInfo]) -> dict[str, int]:
+        return dict.fromkeys(self.names, self.value)
+
+
+class _DenseScores(_Scores):
+    sparse_score = None  # type: ignore[assignment]
+
+
+def test_a_score_outside_the_range_or_for_a_node_not_scored_is_refused() -> None:
+    nodes = [make_node(f"n{i}").gpus(1).build() for i in range(3)]
+    pod = make_pod("p", "p")
+
+    def score(plugin: _Scores) -> dict[str, int]:
+        return Framework(Profile(score=[WeightedScore(plugin, 2)])).run_score(CycleState(), pod, nodes)
+
+    assert score(_DenseScores(30)) == {"n0": 60, "n1": 60, "n2": 60}
+    assert score(_Scores(30, ("n1",))) == {"n0": 0, "n1": 60, "n2": 0}
+    with pytest.raises(ValueError, match=r"outside 0\.\.100"):
+        score(_DenseScores(101))
+    with pytest.raises(ValueError, match=r"outside 0\.\.100"):
+        score(_Scores(-1, ("n0",)))
+    with pytest.raises(ValueError, match="not among the nodes scored"):
+        score(_Scores(10, ("elsewhere",)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
@@ -219,22 +219,27 @@ class Framework:
                     raise ValueError(f"plugin {weighted.plugin.name}: pre_score failed: {status.message()}")
         if totals is None:
             totals = {node.name: 0 for node in nodes}
-        named: Iterable[tuple[str, int]]
         for weighted in scores:
-            plugin = weighted.plugin
-            if id(plugin) in self._sparse:
-                by_name = by_name if by_name is not None else {node.name: node for node in nodes}
-                named = cast(SparseScorePlugin, plugin).sparse_score(state, pod, by_name).items()
-            else:
-                named = ((node.name, plugin.score(state, pod, node)) for node in nodes)
-            for name, score in named:
+            plugin, weight = weighted.plugin, weighted.weight
+            if id(plugin) not in self._sparse:
+                score_of = plugin.score
+                for node in nodes:  # every name is among the totals: they were made from the nodes
+                    score = score_of(state, pod, node)
+                    if not 0 <= score <= MAX_NODE_SCORE:
+                        raise ValueError(
+                            f"plugin {plugin.name}: score {score} for {node.name} is outside 0..100"
+                        )
+                    totals[node.name] += weight * score
+                continue
+            by_name = by_name if by_name is not None else {node.name: node for node in nodes}
+            for name, score in cast(SparseScorePlugin, plugin).sparse_score(state, pod, by_name).items():
                 if not 0 <= score <= MAX_NODE_SCORE:
                     raise ValueError(f"plugin {plugin.name}: score {score} for {name} is outside 0..100")
                 if name not in totals:
                     raise ValueError(
                         f"plugin {plugin.name}: scored {name}, which is not among the nodes scored"
                     )
-                totals[name] += weighted.weight * score
+                totals[name] += weight * score
         return totals
 
     # -- reserve, permit, bind -----------------------------------------------------------------

@@ -66,6 +66,8 @@ class GpuTopologyScore:
 
     def score(self, state: CycleState, pod: PodSpec, node: NodeInfo) -> int:
         choice = state.read(GPU_CHOICE).get(node.name, ())
+        if len(choice) < 2:
+            return MAX_NODE_SCORE  # one GPU, or none: no link inside the set
         link = set_link(node.topology, tuple(index for index, _ in choice))
         return MAX_NODE_SCORE if link is None else LINK_SCORE[link]
 

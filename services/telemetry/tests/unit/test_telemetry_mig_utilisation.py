@@ -1,7 +1,8 @@
 """MIG instances read through dcgm-exporter: no DCGM_FI_DEV_GPU_UTIL, but the profiling field
-DCGM_FI_PROF_GR_ENGINE_ACTIVE per instance (GPU_I_ID, GPU_I_PROFILE). It is their utilisation,
-weighed by each instance's part of the GPU, so a MIG holder's used and idle GPU-hours are counted;
-only with neither field is the reading's utilisation unknown."""
+DCGM_FI_PROF_GR_ENGINE_ACTIVE per instance (GPU_I_ID, GPU_I_PROFILE). Weighed by each instance's part
+of the GPU it is the GPU's utilisation, and each holder is credited its own instance's (see
+test_telemetry_mig_instances), so a MIG holder's used and idle GPU-hours are counted; only with
+neither field is the reading's utilisation unknown."""
 
 from __future__ import annotations
 
@@ -32,16 +33,18 @@ def exposition(*lines: str) -> str:
     return "\n".join([*lines, ""])
 
 
-def instance(metric: str, gpu_i_id: int, profile: str, value: str) -> str:
-    return f'{metric}{{{GPU},GPU_I_PROFILE="{profile}",GPU_I_ID="{gpu_i_id}"}} {value}'
+def instance(metric: str, gpu_i_id: int, profile: str, value: str, pod: str = "") -> str:
+    held = f',namespace="ns",pod="{pod}",container="main"' if pod else ""
+    return f'{metric}{{{GPU},GPU_I_PROFILE="{profile}",GPU_I_ID="{gpu_i_id}"{held}}} {value}'
 
 
 def mig_reading(at: datetime, active: str, profile: str = "3g.40gb") -> Reading:
-    """One GPU with one MIG instance, as dcgm-exporter exports it: no DCGM_FI_DEV_GPU_UTIL."""
+    """One GPU with one MIG instance held by pod `p`, as dcgm-exporter exports it: no
+    DCGM_FI_DEV_GPU_UTIL."""
     text = exposition(
-        instance("DCGM_FI_DEV_FB_USED", 1, profile, "2048"),
-        instance("DCGM_FI_DEV_FB_FREE", 1, profile, "38912"),
-        instance("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1, profile, active),
+        instance("DCGM_FI_DEV_FB_USED", 1, profile, "2048", "p"),
+        instance("DCGM_FI_DEV_FB_FREE", 1, profile, "38912", "p"),
+        instance("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1, profile, active, "p"),
     )
     (found,) = readings_from_exposition(text, at)
     return found
@@ -95,6 +98,7 @@ class MigHolders:
                         [Holder("ns", "p", "main", r.gpu_uuid, None, "3g.40gb")],
                         None,
                         r.model,
+                        r.mig_instances,
                     ),
                 )
                 for r in readings

@@ -3,7 +3,8 @@
 Each round the attributor asks each node's PodResources endpoint who holds which device, then
 splits each reading among the holders (`domain.attribution`). A node whose endpoint cannot be read
 (the socket is not mounted, the kubelet does not answer) falls back to what the GPU source itself
-says of the holders (pods from the devcluster or dcgm-exporter, `pid/<n>` from NVML), split equally;
+says of the holders (pods from the devcluster or dcgm-exporter, `pid/<n>` from NVML), split equally
+(the pods dcgm-exporter labels a MIG instance with hold that instance);
 the node is named in `fallback_nodes` and the reason in `problems`, which readiness reports.
 """
 
@@ -19,6 +20,7 @@ from tessera.telemetry.domain.attribution import (
     Holder,
     HolderCache,
     holders_from_grants,
+    holders_from_instances,
     holders_from_pods,
     split_reading,
 )
@@ -93,9 +95,13 @@ class PodResourcesAttributor:
                 continue
             if r.node in grants:
                 held = holders.get(r.gpu_uuid, [])
+            elif r.mig_instances:
+                held = holders_from_instances(r.gpu_uuid, r.mig_instances)
             else:
                 held = holders_from_pods(r.gpu_uuid, r.pods or ())
-            shares = split_reading(r.utilization_pct, r.memory_used_mib, held, r.processes, r.model)
+            shares = split_reading(
+                r.utilization_pct, r.memory_used_mib, held, r.processes, r.model, r.mig_instances
+            )
             out.gpus.append(AttributedGpu(r, shares))
         return out
 

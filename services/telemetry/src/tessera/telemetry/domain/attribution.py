@@ -15,6 +15,10 @@ one container is that container's alone. A GPU shared by several is split:
 * else by **requested** share: the milli-GPU the scheduler placed (`gang_placed`), else the MIG
   profile's compute slices, else equal replicas.
 
+A GPU read per MIG instance (dcgm-exporter's `DCGM_FI_PROF_GR_ENGINE_ACTIVE` per `GPU_I_ID`) is not
+split: each holder uses what the instance it holds used (`split_instances`), unknown when that
+instance has no activity.
+
 Every `Share` says which rule split it (`split`). See ADR 0016.
 """
 
@@ -62,10 +66,25 @@ class Holder(NamedTuple):
     milli: int | None = None
     mig_profile: str | None = None
     replica: bool = False
+    #: the MIG instance held (`MigInstance.instance_id`), when the source tells which
+    mig_instance: str | None = None
 
     @property
     def pod_key(self) -> str:
         return f"{self.namespace}/{self.pod}"
+
+
+class MigInstance(NamedTuple):
+    """One MIG instance of a GPU as the source read it (dcgm-exporter: a `GPU_I_ID` label set)."""
+
+    #: its GPU instance id (`GPU_I_ID`)
+    instance_id: str
+    #: its profile (`3g.40gb`); "" when the source does not say
+    profile: str
+    #: the part of the time its engine was active, 0..1, relative to the instance; None: unknown
+    active: float | None
+    #: the pods the source says hold it (`namespace/name`)
+    pods: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +110,9 @@ class Share(NamedTuple):
     used_gpus: float
     memory_mib: float
     split: str
+    #: False when the holder's use is unknown (its MIG instance has no activity): `used_gpus` is 0.0
+    #: and means nothing; its allocation, memory and cost still count
+    known: bool = True
 
     @property
     def pod_key(self) -> str:
@@ -181,6 +203,16 @@ def holders_from_pods(gpu_uuid: str, pods: Sequence[str]) -> list[Holder]:
     return out
 
 
+def holders_from_instances(gpu_uuid: str, instances: Sequence[MigInstance]) -> list[Holder]:
+    """The fallback without PodResources on a GPU read per MIG instance: each pod the source says
+    holds an instance holds that instance (its profile's slices), not an equal part of the GPU."""
+    return [
+        Holder(namespace, name, "", gpu_uuid, None, inst.profile, False, inst.instance_id)
+        for inst in instances
+        for namespace, _, name in (key.partition("/") for key in inst.pods)
+    ]
+
+
 def mig_fraction(model: str, profile: str) -> float:
     """The part of a GPU of `model` that a MIG instance of `profile` is: its compute slices over the
     GPU's (1/7 when the profile cannot be read; 7 slices when the model has no MIG geometry)."""
@@ -221,11 +253,15 @@ def split_reading(
     holders: Sequence[Holder],
     processes: Sequence[GpuProcess] | None = None,
     model: str = "",
+    mig_instances: Sequence[MigInstance] = (),
 ) -> list[Share]:
     """The reading of one GPU split among its holders (see the module's rules). Use that no holder
-    accounts for (a GPU busy with nobody holding it) goes to the `unknown` pod."""
+    accounts for (a GPU busy with nobody holding it) goes to the `unknown` pod. A GPU read per MIG
+    instance (`mig_instances`) is split per instance (`split_instances`)."""
     used = max(0.0, min(100.0, utilization_pct)) / 100.0
     memory = max(0.0, memory_used_mib)
+    if mig_instances and holders:
+        return split_instances(memory, holders, mig_instances, model)
     if not holders:
         if used <= 0.0 and not processes:
             return []
@@ -291,3 +327,58 @@ def _by_holder(
         else:
             sm[index] += max(0.0, p.sm_pct)
     return (sm if sampled and sum(sm) > 0 else None), memory
+
+
+def split_instances(
+    memory_used_mib: float, holders: Sequence[Holder], instances: Sequence[MigInstance], model: str = ""
+) -> list[Share]:
+    """A GPU read per MIG instance: each holder uses what the instance it holds used (its activity
+    times its part of the GPU, at most the holder's allocation), never its neighbours'. A holder whose
+    instance has no activity, or cannot be told, has an unknown use (`Share.known`). The use of
+    instances that no holder accounts for goes to the `unknown` pod, so the shares' use is the GPU's.
+    Memory is split by allocation."""
+    allocated = requested_fractions(holders, model)
+    weight = sum(allocated) or 1.0
+    memory = max(0.0, memory_used_mib)
+    held: dict[int, list[int]] = {}
+    for i, h in enumerate(holders):
+        found = _instance_of(h, instances)
+        if found is not None:
+            held.setdefault(found, []).append(i)
+    used = [0.0] * len(holders)
+    known = [False] * len(holders)
+    rest = 0.0
+    for j, inst in enumerate(instances):
+        if inst.active is None:
+            continue
+        use = max(0.0, min(1.0, inst.active)) * mig_fraction(model, inst.profile)
+        mine = held.get(j)
+        if not mine:
+            rest += use
+            continue
+        total = sum(allocated[i] for i in mine)
+        for i in mine:
+            part = use * allocated[i] / total if total > 0 else use / len(mine)
+            used[i] = min(allocated[i], part)
+            known[i] = True
+            rest += part - used[i]
+    shares = [
+        Share(h.namespace, h.pod, h.container, a, u, memory * a / weight, SPLIT_REQUESTED, k)
+        for h, a, u, k in zip(holders, allocated, used, known, strict=True)
+    ]
+    if rest > 1e-12:
+        shares.append(Share(UNKNOWN, UNKNOWN, "", 0.0, rest, 0.0, SPLIT_REQUESTED))
+    return shares
+
+
+def _instance_of(h: Holder, instances: Sequence[MigInstance]) -> int | None:
+    """The index of the instance `h` holds: the one it names, else the one whose pods include its
+    pod (of its profile when the pod holds several); None when it cannot be told."""
+    if h.mig_profile is None:
+        return None
+    if h.mig_instance is not None:
+        return next((j for j, inst in enumerate(instances) if inst.instance_id == h.mig_instance), None)
+    found = [j for j, inst in enumerate(instances) if h.pod_key in inst.pods]
+    if len(found) > 1:
+        found = [j for j in found if instances[j].profile == h.mig_profile]
+    return found[0] if len(found) == 1 else None

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from tessera.contracts.events import NodeInventory
-from tessera.telemetry.domain.attribution import GpuProcess
+from tessera.telemetry.domain.attribution import GpuProcess, MigInstance
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class Reading:
     processes: tuple[GpuProcess, ...] | None = None
     #: the UUIDs of the GPU's MIG devices, so PodResources' MIG device ids find their GPU
     mig_devices: tuple[str, ...] = ()
+    #: the GPU's MIG instances with their own activity, when its utilisation was read per instance
+    #: (dcgm-exporter): attribution credits each holder its own instance's use
+    mig_instances: tuple[MigInstance, ...] = ()
     #: False when the source had no utilisation for this reading (dcgm-exporter's NaN, or neither its
     #: utilisation nor its engine activity exported): `utilization_pct` is then 0.0 and means nothing;
     #: usage counts the reading's allocation and cost but no use or idle time, idle detection, the

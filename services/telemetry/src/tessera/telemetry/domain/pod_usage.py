@@ -48,7 +48,7 @@ def node_batches(gpus: Iterable[AttributedGpu]) -> list[NodeBatch]:
             continue
         uses = by_node.setdefault(reading.node, {})
         for share in gpu.shares:
-            if share.pod == UNKNOWN or share.namespace in ("", UNKNOWN, "pid"):
+            if not share.known or share.pod == UNKNOWN or share.namespace in ("", UNKNOWN, "pid"):
                 continue
             key = (share.namespace, share.pod, reading.gpu_uuid)
             use = uses.get(key)

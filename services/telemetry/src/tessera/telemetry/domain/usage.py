@@ -177,7 +177,8 @@ class Accountant:
     ) -> None:
         """Count one GPU reading's shares; `jobs` maps pods (namespace, name) to what they are
         billed to (see `billed_to`). What it adds per tenant, queue and flavor is summed for
-        `take_sums()` (the metrics). Without `utilization_known` the shares' use is not counted."""
+        `take_sums()` (the metrics). Without `utilization_known` the shares' use is not counted, nor
+        that of a share not `known` (its MIG instance had no activity)."""
         policy = self.policy
         stats = self.stats
         ts = at.timestamp()
@@ -217,7 +218,8 @@ class Accountant:
                     stats.unknown_pod_shares += 1
             stats.shares += 1
             allocated = s.allocated_gpus * dt
-            used = s.used_gpus * dt if utilization_known else 0.0
+            use_known = utilization_known and s.known
+            used = s.used_gpus * dt if use_known else 0.0
             cost = allocated * price_per_s
             row.allocated_gpu_s += allocated
             row.used_gpu_s += used
@@ -227,10 +229,7 @@ class Accountant:
             row.split = s.split
             row.last_at = at
             dirty[id(row)] = row
-            if utilization_known:
-                idle = self._idle(holding, row, s, ts, hour, dt)
-            else:
-                idle = self._unknown(holding, row, ts)
+            idle = self._idle(holding, row, s, ts, hour, dt) if use_known else self._unknown(holding, row, ts)
             group = (row.tenant, row.queue, row.flavor)
             sums = self._sums.get(group)
             if sums is None:

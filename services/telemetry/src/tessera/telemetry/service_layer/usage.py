@@ -87,7 +87,7 @@ class UsageLedger:
         model = reading.model or (info.gpu_model if info else "")
         observe = self.rightsizing.observe
         for s in shares:
-            if s.allocated_gpus <= 0:
+            if s.allocated_gpus <= 0 or not s.known:
                 continue
             found = observe(
                 node,

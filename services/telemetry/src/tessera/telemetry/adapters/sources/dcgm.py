@@ -18,10 +18,13 @@ read are those of dcgm-exporter's default counters:
 A MIG instance is a label set of its GPU's with `GPU_I_ID` and `GPU_I_PROFILE` (`3g.40gb`): its values
 fold into the GPU's reading. DCGM has no DCGM_FI_DEV_GPU_UTIL for MIG instances, but the profiling
 field DCGM_FI_PROF_GR_ENGINE_ACTIVE (the part of the time the instance's graphics/compute engine was
-active, 0..1, relative to the instance) is exported per instance: the GPU's utilisation is then the
-instances' activity weighted by their part of the GPU (compute slices over the GPU's, as attribution
-weighs a MIG holder's allocation), so one holder of a 1g instance busy all the time used 1/7 of an
-A100, what it holds. An instance without a profile counts as 1/7 of the GPU, as in attribution.
+active, 0..1, relative to the instance) is exported per instance. The reading keeps each instance
+(`Reading.mig_instances`: its GPU_I_ID, profile, activity and the pods the exporter labels it with),
+and attribution credits each holder its own instance's activity times the instance's part of the GPU
+(compute slices over the GPU's), so one holder of a 1g instance busy all the time used 1/7 of an
+A100, what it holds, and an idle neighbour used nothing. The GPU's utilisation (the fleet figure) is
+the instances' activity so weighed; an instance without a profile counts as 1/7 of the GPU, as in
+attribution, and one without activity counts nothing there and is unknown for its holder.
 
 A value that is not finite (the exporter writes NaN where DCGM has no value, and a broken counter can
 read +Inf) counts as missing, like a field not exported: it would otherwise fail the whole scrape and
@@ -40,7 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.cluster.catalogue import resolve_product
 from tessera.contracts.events import GpuInventory, NodeInventory
-from tessera.telemetry.domain.attribution import mig_fraction
+from tessera.telemetry.domain.attribution import MigInstance, mig_fraction
 from tessera.telemetry.domain.model import Reading, SourceUnavailable
 
 _ECC_METRICS = (
@@ -61,8 +64,15 @@ class _Gpu:
     values: dict[str, float] = field(default_factory=dict)
     pods: set[str] = field(default_factory=set)
     mapped: bool = False  # the exporter reports pod labels for this GPU
-    #: GPU_I_ID -> (DCGM_FI_PROF_GR_ENGINE_ACTIVE, GPU_I_PROFILE) of each MIG instance exporting it
-    instances_active: dict[str, tuple[float, str]] = field(default_factory=dict)
+    #: GPU_I_ID -> the MIG instance's GPU_I_PROFILE, its pods, and its DCGM_FI_PROF_GR_ENGINE_ACTIVE
+    instances: dict[str, _Instance] = field(default_factory=dict)
+
+
+@dataclass
+class _Instance:
+    profile: str
+    pods: set[str] = field(default_factory=set)
+    active: float | None = None
 
 
 def parse_exposition(text: str) -> dict[str, _Gpu]:
@@ -94,15 +104,16 @@ def parse_exposition(text: str) -> dict[str, _Gpu]:
                 gpu = gpus[uuid] = _Gpu(index, uuid, labels.get("modelName", ""), labels.get("Hostname", ""))
             name = family.name
             instance = labels.get("GPU_I_ID")
+            mig = None
+            if instance:
+                mig = gpu.instances.get(instance)
+                if mig is None:
+                    mig = gpu.instances[instance] = _Instance(labels.get("GPU_I_PROFILE", ""))
             if not math.isfinite(sample.value):
                 pass  # no value: as if the field were not exported (the GPU and its pod still count)
-            elif name == _ENGINE_ACTIVE and instance:
+            elif name == _ENGINE_ACTIVE and mig is not None:
                 # relative to the instance: weighed by its part of the GPU when the reading is made
-                active = gpu.instances_active.get(instance, (0.0, ""))[0]
-                gpu.instances_active[instance] = (
-                    max(active, sample.value),
-                    labels.get("GPU_I_PROFILE", ""),
-                )
+                mig.active = sample.value if mig.active is None else max(mig.active, sample.value)
             # MIG instances repeat the parent's UUID: sum what adds up, keep the worst of the rest
             elif name in gpu.values and instance:
                 if name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"):
@@ -114,7 +125,10 @@ def parse_exposition(text: str) -> dict[str, _Gpu]:
             if "pod" in labels:
                 gpu.mapped = True
                 if labels["pod"]:
-                    gpu.pods.add(f"{labels.get('namespace', '')}/{labels['pod']}")
+                    pod = f"{labels.get('namespace', '')}/{labels['pod']}"
+                    gpu.pods.add(pod)
+                    if mig is not None:
+                        mig.pods.add(pod)
     return gpus
 
 
@@ -127,7 +141,7 @@ def readings_from_exposition(text: str, at: datetime, node: str | None = None) -
         xid = int(v.get("DCGM_FI_DEV_XID_ERRORS", 0))
         limit = v.get("DCGM_FI_DEV_POWER_MGMT_LIMIT")
         model = _model(gpu.model, used + free)
-        utilization = _utilization(gpu, model)
+        utilization, instances = _utilization(gpu, model)
         readings.append(
             Reading(
                 node=node or gpu.hostname,
@@ -145,27 +159,35 @@ def readings_from_exposition(text: str, at: datetime, node: str | None = None) -
                 xid_errors=(xid,) if xid else (),
                 ecc_uncorrected=int(sum(v.get(m, 0.0) for m in _ECC_METRICS)),
                 pods=tuple(sorted(gpu.pods)) if gpu.mapped else None,
+                mig_instances=instances,
             )
         )
     return readings
 
 
-def _utilization(gpu: _Gpu, model: str) -> float | None:
+def _utilization(gpu: _Gpu, model: str) -> tuple[float | None, tuple[MigInstance, ...]]:
     """The GPU's utilisation (%): DCGM_FI_DEV_GPU_UTIL, else DCGM_FI_PROF_GR_ENGINE_ACTIVE (of the whole
-    GPU, or of its MIG instances weighed by their part of it); None when neither was exported."""
+    GPU, or of its MIG instances weighed by their part of it); None when neither was exported. With
+    the instances' activity, the instances too (each credited to its own holder by attribution)."""
     v = gpu.values
+    instances: tuple[MigInstance, ...] = ()
     if _GPU_UTIL in v:
         pct = v[_GPU_UTIL]
     elif _ENGINE_ACTIVE in v:
         pct = v[_ENGINE_ACTIVE] * 100.0
-    elif gpu.instances_active:
+    elif any(mig.active is not None for mig in gpu.instances.values()):
+        instances = tuple(
+            MigInstance(key, mig.profile, mig.active, tuple(sorted(mig.pods)))
+            for key, mig in sorted(gpu.instances.items())
+        )
         pct = 100.0 * sum(
-            max(0.0, min(1.0, active)) * mig_fraction(model, profile)
-            for active, profile in gpu.instances_active.values()
+            max(0.0, min(1.0, mig.active)) * mig_fraction(model, mig.profile)
+            for mig in gpu.instances.values()
+            if mig.active is not None
         )
     else:
-        return None
-    return min(100.0, max(0.0, pct))
+        return None, ()
+    return min(100.0, max(0.0, pct)), instances
 
 
 def _model(model_name: str, memory_mib: int) -> str:

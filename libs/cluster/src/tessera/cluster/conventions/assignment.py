@@ -7,7 +7,8 @@ Format (JSON, version 1)::
               {"uuid": "GPU-…", "milli": 1000, "mig": {"profile": "1g.10gb", "start": 6, "uuid": "MIG-…"}}]}
 
 ``pod_uid`` (optional) is the uid of the pod the scheduler's bind wrote it for: a copy of the
-annotation onto another pod names a uid that is not that pod's.
+annotation onto another pod names a uid that is not that pod's. Binds before it was written left it
+out; such an annotation is of the earlier format, not a copy.
 """
 
 from __future__ import annotations

@@ -106,15 +106,17 @@ def our_bind(pod: Pod) -> bool:
     that binds the pod (a bind of this process or of an earlier leader, even one that timed out or
     was rolled back). The uid is what tells our bind from a copy: a user who copies the annotation
     onto a pod they bind by hand copies another pod's uid (the API server gives each pod its own),
-    and an annotation without one (written by hand, or by a bind before the uid was written) is
-    none of ours. The mark lives on the pod, so it holds across restarts and leaders."""
+    so a uid that differs from the pod's is none of ours. An annotation without a uid is the earlier
+    format (a bind of a version before the uid was written, say a leader stopped between its Binding
+    and its commit during a rolling upgrade): it is ours when it names the pod's node, as it was
+    then, or that pod would be held as someone else's for ever and its gang kept below quorum. The
+    mark lives on the pod, so it holds across restarts and leaders."""
     return (
         pod.scheduler_name == SCHEDULER_NAME
         and pod.node_name is not None
         and pod.assignment is not None
         and pod.assignment.node == pod.node_name
-        and pod.assignment.pod_uid is not None
-        and pod.assignment.pod_uid == pod.uid
+        and pod.assignment.pod_uid in (None, pod.uid)
     )
 
 

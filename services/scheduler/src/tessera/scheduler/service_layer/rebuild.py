@@ -250,9 +250,9 @@ def adopt_cluster_pods(
     before their placement was recorded, pods that hold capacity as someone else's placement).
 
     The first are members of a gang being rebuilt that our bind bound (:func:`~.bound_pods.our_bind`:
-    the assignment names their node and their own uid, so a copied one adopts nothing); a pod
-    with a job's id is a member only in the job's namespaces (:func:`~.gangs.job_namespaces`), as
-    on the watches. The second are pods of other schedulers, and pods of ours that someone else
+    the assignment names their node and their own uid, or no uid in the earlier format, so a copy
+    naming another pod's uid adopts nothing); a pod with a job's id is a member only in the job's
+    namespaces (:func:`~.gangs.job_namespaces`), as on the watches. The second are pods of other schedulers, and pods of ours that someone else
     bound (no member, or no assignment), and pods of ours the scheduler asked to evict that do not
     show going yet (:class:`~tessera.scheduler.adapters.kube.Evictions`), but for those being deleted: the
     scheduler let them go (neither adopted nor held)."""

@@ -113,12 +113,12 @@ async def test_the_rebuild_adopts_our_unrecorded_bound_pods_and_counts_foreign_o
 
     specs = {"job-1": a_job("j").tenant("team-b").group("pods", replicas=2, gpus=1).build()}
 
-    adopted, held_pods = adopt_cluster_pods(cluster, nodes, uuids, gangs, {"default/train-1"}, specs, JOBS)
+    adopted, held_pods, _ = adopt_cluster_pods(cluster, nodes, uuids, gangs, {"default/train-1"}, specs, JOBS)
 
     assert [(a.pod, a.gang, a.gpu_milli) for a in adopted] == [("default/train-0", "job-1", ((0, 1000),))]
     # the stranger is ours but of no gang being rebuilt: someone else bound it, so it holds its GPU
     assert sorted(pod_key(pod) for pod in held_pods) == ["default/other", "default/stranger"]
-    unknown_node, none_held = adopt_cluster_pods(cluster, {}, uuids, gangs, set(), specs, JOBS)
+    unknown_node, none_held, _ = adopt_cluster_pods(cluster, {}, uuids, gangs, set(), specs, JOBS)
     assert unknown_node == [] and none_held == []
 
 
@@ -145,7 +145,7 @@ async def test_the_rebuild_holds_pods_of_ours_bound_by_hand_and_leaves_them_out_
     uuids = {"gpu-0": {gpu.index: gpu.uuid for gpu in NODE.gpus}}
     gangs = {"default/ring": GangInfo("default/ring", "podgroup")}
 
-    adopted, held_pods = adopt_cluster_pods(cluster, nodes, uuids, gangs, set(), {}, JOBS)
+    adopted, held_pods, _ = adopt_cluster_pods(cluster, nodes, uuids, gangs, set(), {}, JOBS)
 
     assert adopted == [] and [pod_key(pod) for pod in held_pods] == ["default/other", "default/by-hand"]
     cache = SchedulerCache.rebuild(nodes.values())
@@ -180,11 +180,11 @@ async def test_the_rebuild_adopts_a_job_s_pod_only_from_the_job_s_namespaces(sid
     gangs = {"job-1": GangInfo("job-1", "job")}
     specs = {"job-1": a_job("j").tenant("team-b").group("pods", replicas=2, gpus=1).build()}
 
-    adopted, held_pods = adopt_cluster_pods(cluster, nodes, uuids, gangs, set(), specs, JOBS)
+    adopted, held_pods, _ = adopt_cluster_pods(cluster, nodes, uuids, gangs, set(), specs, JOBS)
 
     assert sorted(a.pod for a in adopted) == ["default/in-jobs", "team-b/in-tenant"]
     assert sorted(pod_key(pod) for pod in held_pods) == ["default/other", "team-a/intruder"], (
         "no member: it holds its GPU as someone else's pod"
     )
-    no_spec, _ = adopt_cluster_pods(cluster, nodes, uuids, gangs, set(), {}, JOBS)
+    no_spec, _, _ = adopt_cluster_pods(cluster, nodes, uuids, gangs, set(), {}, JOBS)
     assert no_spec == [], "a job's membership is known from its pending spec alone"

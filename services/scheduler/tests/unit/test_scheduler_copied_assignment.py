@@ -104,7 +104,7 @@ async def test_the_rebuild_does_not_adopt_a_member_with_a_copied_assignment() ->
         uuids = {name: {gpu.index: gpu.uuid for gpu in node.gpus} for name, node in NODES.items()}
         gangs = {"ns/pg": GangInfo("ns/pg", PODGROUP)}
 
-        adopted, held = adopt_cluster_pods(side, nodes, uuids, gangs, set(), {}, "ml")
+        adopted, held, _ = adopt_cluster_pods(side, nodes, uuids, gangs, set(), {}, "ml")
 
         assert [a.pod for a in adopted] == ["ns/p2"], "p2's annotation names its own uid: our bind"
         assert [pod.name for pod in held] == ["p1"], "p1 holds what it uses, as someone else's"

@@ -9,6 +9,7 @@ that had been requeued."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -132,8 +133,10 @@ async def test_a_recorded_pod_the_scheduler_is_evicting_is_released_and_held_as_
 
 
 async def test_a_rebuild_adopts_no_unrecorded_pod_of_ours_being_deleted(fake: FakeCluster) -> None:
-    """Before, a member bound by our bind that was being deleted was adopted into its live gang."""
+    """Before, a member bound by our bind that was being deleted was adopted into its live gang;
+    then it was neither adopted nor held, its GPUs free in the cache while it still used them."""
     fake.add_pod(member("p0", 0, deleting=True))
+    fake.add_pod(dataclasses.replace(member("q0", 1, deleting=True), pod_group="gone"))  # a gang not kept
     side = ClusterSide(fake)
     await side.start(timeout=5)
     try:
@@ -141,8 +144,48 @@ async def test_a_rebuild_adopts_no_unrecorded_pod_of_ours_being_deleted(fake: Fa
         uuids = {node.name: {gpu.index: gpu.uuid for gpu in node.gpus} for node in NODES}
         gangs = {"ns/pg": GangInfo("ns/pg", PODGROUP)}
 
-        adopted, held = adopt_cluster_pods(side, nodes, uuids, gangs, set(), {}, "ml")
+        adopted, held, leaving = adopt_cluster_pods(side, nodes, uuids, gangs, set(), {}, "ml")
 
-        assert adopted == [] and held == [], "let go: neither adopted nor held"
+        assert adopted == [], "not adopted"
+        assert [pod.name for pod in held] == ["q0"], "of no gang being rebuilt: held as someone else's"
+        assert [(a.pod, a.gang, a.gpu_indices) for a in leaving] == [("ns/p0", "ns/pg", tuple(range(8)))]
+    finally:
+        await side.stop()
+
+
+async def test_an_unrecorded_pod_of_ours_being_deleted_holds_its_gpus_until_it_is_gone(
+    fake: FakeCluster, uow: Any
+) -> None:
+    """A bind the scheduler never recorded (it stopped before the commit), the pod being deleted at
+    the rebuild: during its grace period its GPUs are held, so no other gang is given them; once it
+    is gone they are freed, once, and its end is not counted as a placed member's."""
+    p0, p1 = member("p0", 0, deleting=True), member("p1", None)
+    for pod in (p0, p1):
+        fake.add_pod(pod)
+    async with uow:
+        await uow.repo.add_pending("ns/pg", None, AT, source=PODGROUP)
+        await uow.commit()
+    side = ClusterSide(fake)
+    await side.start(timeout=5)
+    try:
+        async with uow:
+            state = await rebuild(uow.repo, SETTINGS, side, AT.timestamp())
+        cache, registry = state.assembly.cache, state.assembly.registry
+
+        held = cache.allocation("ns/p0")
+        assert held is not None and held.gpu_indices == tuple(range(8)), "its GPUs are not free"
+        assert held.gang == "ns/pg" and "ns/p0" not in registry.bound("ns/pg"), "held, no member"
+        assert [m.name for m in registry.spec("ns/pg").members] == ["ns/p1"]
+        assert "ns/p0" not in state.gangs["ns/pg"].placed
+
+        watches = WatchState(state, side, SETTINGS, AT.timestamp())
+        gone = WatchEvent(EventType.DELETED, p0, "9")
+        await watches.apply(uow.repo, "pod", gone)
+        assert cache.allocation("ns/p0") is None, "free once it is gone"
+        assert "ns/p0" not in state.gangs["ns/pg"].placed, "never placed: its end is not the gang's"
+        await watches.apply(uow.repo, "pod", gone)  # the same end seen again frees nothing more
+        free = cache.node("gpu-0")
+        assert all(gpu.fully_idle for gpu in free.gpus)
+        assert "ns/pg" in state.gangs, "the gang still waits for its member"
     finally:
         await side.stop()

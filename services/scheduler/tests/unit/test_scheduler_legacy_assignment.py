@@ -81,7 +81,7 @@ async def test_the_rebuild_adopts_a_member_an_earlier_version_bound() -> None:
         uuids = {name: {gpu.index: gpu.uuid for gpu in node.gpus} for name, node in NODES.items()}
         gangs = {"ns/pg": GangInfo("ns/pg", PODGROUP)}
 
-        adopted, held = adopt_cluster_pods(side, nodes, uuids, gangs, set(), {}, "ml")
+        adopted, held, _ = adopt_cluster_pods(side, nodes, uuids, gangs, set(), {}, "ml")
 
         assert [a.pod for a in adopted] == ["ns/p1"], "bound by the earlier version, never recorded"
         assert [pod.name for pod in held] == ["p2"], "its annotation names another node: not our bind"

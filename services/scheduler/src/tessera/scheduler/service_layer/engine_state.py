@@ -37,3 +37,6 @@ class EngineState:
     evictions: Evictions = field(default_factory=Evictions)
     # Members adopted bound whose GPUs the cache could not fit: held without them, not moved.
     held_without_gpus: set[str] = field(default_factory=set)
+    # Pods of ours a rebuild found being deleted, bound by our bind but never recorded: held in
+    # their gang's name until they are gone, no member of it; their end is not the gang's.
+    leaving_unrecorded: set[str] = field(default_factory=set)

@@ -93,10 +93,11 @@ async def rebuild(
         held: list[Pod] = []
         if cluster is not None:
             with steps("adopt_cluster_pods"):
-                adopted, held = adopt_cluster_pods(
+                adopted, held, going = adopt_cluster_pods(
                     cluster, nodes, uuids, pending.gangs, recorded, pending.specs, settings.namespace
                 )
                 bound += adopted
+                leaving += going
                 no_members = {pod_key(pod) for pod in held} | {a.pod for a in leaving}
                 pending.known = without_members(pending.known, no_members)
         with steps("learn_typical_workload"):
@@ -121,6 +122,7 @@ async def rebuild(
             fragmentation=fragmentation,
             workload_learnt_at=now,
             evictions=cluster.evictions if cluster is not None else Evictions(),
+            leaving_unrecorded={a.pod for a in leaving if a.pod not in recorded},
         )
         with steps("recover"):
             state.recovered = recover_gangs(state, pending.rows, bound, recorded, now)
@@ -245,19 +247,24 @@ def adopt_cluster_pods(
     recorded: set[str],
     specs: Mapping[str, JobSpec],
     jobs_namespace: str,
-) -> tuple[list[Allocation], list[Pod]]:
+) -> tuple[list[Allocation], list[Pod], list[Allocation]]:
     """What the cluster shows bound on known nodes that the table does not: (pods of our gangs bound
-    before their placement was recorded, pods that hold capacity as someone else's placement).
+    before their placement was recorded, pods that hold capacity as someone else's placement, pods
+    of our gangs bound so but being deleted).
 
     The first are members of a gang being rebuilt that our bind bound (:func:`~.bound_pods.our_bind`:
     the assignment names their node and their own uid, or no uid in the earlier format, so a copy
     naming another pod's uid adopts nothing); a pod with a job's id is a member only in the job's
     namespaces (:func:`~.gangs.job_namespaces`), as on the watches. The second are pods of other schedulers, and pods of ours that someone else
     bound (no member, or no assignment), and pods of ours the scheduler asked to evict that do not
-    show going yet (:class:`~tessera.scheduler.adapters.kube.Evictions`), but for those being deleted: the
-    scheduler let them go (neither adopted nor held)."""
+    show going yet (:class:`~tessera.scheduler.adapters.kube.Evictions`). A pod being deleted still
+    uses its GPUs until it is gone (its grace period): one our bind bound for a gang being rebuilt
+    is the third kind, held in its gang's name as a recorded pod leaving is (:func:`read_placements`),
+    but no member, and its end is not counted as a placed member's (it was never recorded); any other
+    is held as someone else's. Neither is adopted; the cache frees each once, when it goes."""
     adopted: list[Allocation] = []
     held: list[Pod] = []
+    leaving: list[Allocation] = []
     for pod in cluster.cache.pods.store.values():
         key = pod_key(pod)
         if not pod.bound or pod.terminated or pod.node_name not in nodes:
@@ -270,12 +277,14 @@ def adopt_cluster_pods(
         gang = _gang_of(pod, gangs, specs, jobs_namespace)
         own = gang if gang is not None and our_bind(pod) else None
         allocation = _cluster_allocation(pod, own, uuids.get(pod.node_name or "", {})) if own else None
-        if allocation is not None and not pod.deleting and not cluster.evictions.pending(pod):
+        if pod.deleting and allocation is not None:
+            leaving.append(allocation)
+        elif allocation is not None and not pod.deleting and not cluster.evictions.pending(pod):
             adopted.append(allocation)
-        elif not pod.deleting:
+        else:
             held.append(pod)
     # those whose assignment names their GPUs first, so that GPUs taken by request avoid them
-    return adopted, sorted(held, key=lambda pod: pod.assignment is None)
+    return adopted, sorted(held, key=lambda pod: pod.assignment is None), leaving
 
 
 def without_members(specs: Iterable[GangSpec], pods: Collection[str]) -> list[GangSpec]:

@@ -369,14 +369,19 @@ class WatchState:
 
     def pod_ended(self, key: str, phase: str) -> None:
         """A placed pod ended or vanished: its resources are free; its gang may now be finished. A
-        pod only reserved (its gang waits for quorum) was never placed: its gang forgets it."""
+        pod only reserved (its gang waits for quorum) was never placed: its gang forgets it. A pod
+        held in its gang's name that was never placed in it (found leaving at a rebuild, unrecorded:
+        :attr:`EngineState.leaving_unrecorded`) frees what it holds, but its end is not its gang's
+        (that would finish a gang none of whose pods was placed)."""
         if self.state.assembly.scheduler.reservation_gone(key, self.now) is not None:
             return
         allocation = self.state.assembly.cache.remove_pod(key)
+        unrecorded = key in self.state.leaving_unrecorded
+        self.state.leaving_unrecorded.discard(key)
         if allocation is None:
             return
         info = self.state.gangs.get(allocation.gang)
-        if info is not None:
+        if info is not None and not unrecorded:
             info.placed[key] = phase
         self.state.assembly.scheduler.notify(ClusterEvent.CAPACITY_FREED, self.now)
 

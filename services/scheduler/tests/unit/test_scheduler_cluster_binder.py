@@ -8,7 +8,7 @@ import pytest
 
 from tessera.cluster.domain.requirements import Pod, PodRef
 from tessera.cluster.fake import FakeCluster
-from tessera.scheduler.adapters.kube import ClusterBinder
+from tessera.scheduler.adapters.kube import ClusterBinder, Evictions
 from tessera.scheduler.domain.plugins.reserve import BindError
 from tessera.scheduler.domain.snapshot import Allocation
 
@@ -69,3 +69,28 @@ async def test_a_bind_on_the_event_loop_is_refused_rather_than_deadlocking() -> 
     cluster.add_pod(Pod("default", "p0"))
     with pytest.raises(BindError, match="scheduling thread"):
         binder(cluster).bind(allocation())
+
+
+async def test_a_pod_made_again_under_its_name_is_not_bound_with_the_uid_of_the_one_before() -> None:
+    """The watches still show the pod before (uid p0-1); the pod now of that name is another (p0-2,
+    made again by its controller): the Binding names the uid it was written for, is refused, and
+    the bind fails as any failed bind does, leaving the new pod unbound and unannotated."""
+    cluster = FakeCluster()
+    cluster.add_pod(Pod("default", "p0", uid="p0-2"))
+    port = ClusterBinder(
+        cluster,
+        asyncio.get_running_loop(),
+        lambda node: UUIDS.get(node, {}),
+        timeout_s=5,
+        evictions=Evictions(uid_of=lambda _: "p0-1"),
+    )
+    with pytest.raises(BindError, match="Precondition failed"):
+        await asyncio.to_thread(port.bind, allocation())
+    pod = await cluster.get_pod(PodRef("default", "p0"))
+    assert pod.node_name is None and pod.assignment is None
+    assert cluster.evictions == [], "nothing was bound: nothing to undo"
+
+    port.evictions = Evictions(uid_of=lambda _: "p0-2")  # the watches caught up
+    await asyncio.to_thread(port.bind, allocation())
+    pod = await cluster.get_pod(PodRef("default", "p0"))
+    assert pod.node_name == "n1" and pod.assignment is not None and pod.assignment.pod_uid == "p0-2"

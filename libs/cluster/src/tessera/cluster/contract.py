@@ -21,6 +21,7 @@ from tessera.cluster.domain.requirements import Pod, PodRef
 from tessera.cluster.port import (
     AlreadyBound,
     Cluster,
+    Conflict,
     EventType,
     NotFound,
     PodSelector,
@@ -165,6 +166,29 @@ async def binding_writes_the_assignment_and_refuses_a_second_binding(h: ClusterH
         pass
     else:
         raise AssertionError("binding a missing pod must be NotFound")
+
+
+async def binding_names_the_pod_s_uid_and_refuses_another_pod_of_its_name(h: ClusterHarness) -> None:
+    """The uid the assignment names is the Binding's precondition (``metadata.uid``): a pod made
+    again under the same name is not bound with an assignment written for the one before it."""
+    await h.add_pod(_pending("w1"))
+    ref = PodRef("default", "w1")
+    uid = (await h.cluster.get_pod(ref)).uid
+    stale = DeviceAssignment("gpu-a", (GpuShare("GPU-gpu-a-3", 1000),), f"{uid}-before")
+    try:
+        await h.cluster.bind(ref, "gpu-a", stale)
+    except AlreadyBound as error:
+        raise AssertionError("another uid is a failed precondition, not a pod already bound") from error
+    except Conflict:
+        pass
+    else:
+        raise AssertionError("a Binding naming another uid must be refused with 409")
+    pod = await h.cluster.get_pod(ref)
+    assert pod.node_name is None and pod.assignment is None, "nothing written"
+    own = DeviceAssignment("gpu-a", (GpuShare("GPU-gpu-a-3", 1000),), uid or None)
+    await h.cluster.bind(ref, "gpu-a", own)
+    pod = await h.cluster.get_pod(ref)
+    assert pod.node_name == "gpu-a" and pod.assignment == own
 
 
 async def eviction_removes_the_pod(h: ClusterHarness) -> None:
@@ -326,6 +350,7 @@ CHECKS: tuple[Callable[[ClusterHarness], Awaitable[None]], ...] = (
     pending_pods_are_selected_by_scheduler_and_node,
     pod_groups_are_listed_and_watched,
     binding_writes_the_assignment_and_refuses_a_second_binding,
+    binding_names_the_pod_s_uid_and_refuses_another_pod_of_its_name,
     eviction_removes_the_pod,
     node_labels_annotations_and_cordon_are_patched,
     config_maps_are_applied_and_updates_retry_on_conflict,

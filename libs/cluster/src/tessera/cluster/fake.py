@@ -161,6 +161,8 @@ class FakeCluster:
 
     async def bind(self, ref: PodRef, node: str, assignment: DeviceAssignment | None = None) -> None:
         pod = await self.get_pod(ref)
+        if assignment is not None and assignment.pod_uid and assignment.pod_uid != pod.uid:
+            raise Conflict(f"Precondition failed: uid: {assignment.pod_uid} != {pod.uid}")
         if pod.node_name:
             raise AlreadyBound(f'pod {ref} is already assigned to node "{pod.node_name}"')
         if pod.deleting:

@@ -188,7 +188,9 @@ class Cluster(Protocol):
     async def bind(self, ref: PodRef, node: str, assignment: DeviceAssignment | None = None) -> None:
         """Assign the pod to a node (Binding subresource), writing the device assignment first.
 
-        Raises AlreadyBound when the pod already has a node, NotFound when it is gone.
+        Raises AlreadyBound when the pod already has a node, NotFound when it is gone, Conflict when
+        the assignment names a uid (``pod_uid``) that is not the pod's (it was made again under the
+        same name): the uid is the Binding's precondition.
         """
         ...
 

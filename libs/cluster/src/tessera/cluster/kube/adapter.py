@@ -120,11 +120,17 @@ class KubernetesCluster:
 
         The API server's binding storage writes a Binding's annotations onto the pod in the same
         update that sets its node, and only while the pod is unbound (409 otherwise, raised as
-        AlreadyBound), so the assignment never lands on a pod bound elsewhere.
+        AlreadyBound), so the assignment never lands on a pod bound elsewhere. The uid the
+        assignment names is the Binding's ``metadata.uid``, as kube-scheduler sends the pod's: the
+        API server refuses the Binding (409, raised as Conflict) when the pod of that name has
+        another uid (made again under the same name), so that pod is not bound with an assignment
+        written for the one before it.
         """
         metadata: dict[str, Any] = {"name": ref.name, "namespace": ref.namespace}
         if assignment is not None:
             metadata["annotations"] = {GPU_ASSIGNMENT_ANNOTATION: encode_assignment(assignment)}
+            if assignment.pod_uid:
+                metadata["uid"] = assignment.pod_uid
         body = {
             "apiVersion": "v1",
             "kind": "Binding",

@@ -139,7 +139,11 @@ class ClusterBinder:
 
     The annotation names the node and the uid of the pod bound, as the watches see it: that is how
     the scheduler tells its own binds (:func:`~tessera.scheduler.service_layer.bound_pods.our_bind`)
-    from a pod someone bound by hand with a copy of the annotation, whose uid differs."""
+    from a pod someone bound by hand with a copy of the annotation, whose uid differs. That uid is
+    the Binding's precondition too (``metadata.uid``, as kube-scheduler sends it): a pod made again
+    under the same name since the watches saw it (LeaderWorkerSet workers are) is refused with 409
+    Conflict, not bound with an assignment naming the pod before it; the bind fails (BindError) and
+    its gang is rolled back as for any failed bind."""
 
     def __init__(
         self,

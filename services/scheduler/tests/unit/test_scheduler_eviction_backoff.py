@@ -100,9 +100,11 @@ async def test_a_held_pod_whose_eviction_was_refused_is_asked_again_by_the_cycle
     assert cluster.evicted == ["ns/w0", "ns/w0"], "pending: not asked again"
 
 
-async def test_a_refused_pod_whose_node_left_is_forgotten_not_checked_at_every_cycle() -> None:
-    """Before, its node gone, the pod stayed due: each cycle found nothing to evict it on and left
-    it there, to be checked again at the next, for ever."""
+async def test_a_refused_pod_whose_node_left_is_checked_every_five_minutes_not_at_every_cycle() -> None:
+    """Before 4125e6b, its node gone, the pod stayed due: each cycle found nothing to evict it on
+    and left it there, to be checked again at the next, for ever. Then it was forgotten for good:
+    its node registered again while it still ran, and with no event of the pod's, nothing evicted
+    it. It is now kept, checked again after the longest backoff, until the pod is gone."""
     clock = [1000.0]
     cluster, repo, state, watches = refusing_world(clock)
     pod = cluster.pods["ns/w0"]
@@ -113,12 +115,34 @@ async def test_a_refused_pod_whose_node_left_is_forgotten_not_checked_at_every_c
 
     clock[0] = 1031.0  # past the backoff
     watches.retry_evictions()
-    assert cluster.evictions.due() == [], "forgotten once its node is gone"
+    assert cluster.evictions.due() == [], "not checked again at the next cycles"
     assert cluster.evicted == ["ns/w0"], "no eviction asked on a node that is gone"
-
+    clock[0] = 1200.0
+    watches.retry_evictions()
     await watches.apply(repo, "node", WatchEvent(EventType.ADDED, NODES["gpu-0"], "3"))
-    await watches.apply(repo, "pod", WatchEvent(EventType.MODIFIED, pod, "4"))
-    assert cluster.evicted == ["ns/w0", "ns/w0"], "the node back, its next event lets it go again"
+    assert cluster.evicted == ["ns/w0"]
+
+    clock[0] = 1031.0 + 300.0  # the longest backoff after the check that found its node gone
+    watches.retry_evictions()  # no event of the pod's since
+    assert cluster.evicted == ["ns/w0", "ns/w0"], "its node back: evicted by the check"
+    held = state.assembly.cache.allocation("ns/w0")
+    assert held is not None and held.gpu_indices == (0,), "it holds what it uses meanwhile"
+
+
+async def test_a_refused_pod_whose_node_left_is_forgotten_once_it_is_gone() -> None:
+    clock = [1000.0]
+    cluster, repo, _state, watches = refusing_world(clock)
+    pod = cluster.pods["ns/w0"]
+    await watches.apply(repo, "pod", WatchEvent(EventType.MODIFIED, pod, "1"))
+    await watches.apply(repo, "node", WatchEvent(EventType.DELETED, NODES["gpu-0"], "2"))
+    clock[0] = 1031.0
+    watches.retry_evictions()
+
+    del cluster.pods["ns/w0"]  # gone with its node; the watch said nothing of it
+    clock[0] = 1031.0 + 300.0
+    watches.retry_evictions()
+    assert cluster.evictions.due() == [] and not cluster.evictions.tried(pod), "forgotten"
+    assert cluster.evicted == ["ns/w0"]
 
 
 def test_the_backoff_doubles_at_each_refusal_up_to_five_minutes() -> None:

@@ -104,6 +104,12 @@ class Evictions:
         now = self.clock()
         return [asked for asked, at in self._retry_at.items() if at <= now and asked not in self._asked]
 
+    def defer(self, asked: Asked) -> None:
+        """A refused pod to ask again only after the longest backoff (``max_retry_s``), whatever its
+        refusals: one that cannot be evicted now (its node left) but may be later."""
+        if asked in self._retry_at:
+            self._retry_at[asked] = self.clock() + self.max_retry_s
+
     def forget(self, asked: Asked) -> None:
         """A refused pod not to evict again (it rejoined a live gang, or is no longer there)."""
         self._refusals.pop(asked, None)

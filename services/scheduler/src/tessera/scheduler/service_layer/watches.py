@@ -313,16 +313,17 @@ class WatchState:
     def retry_evictions(self) -> None:
         """Each cycle: a pod of no live gang whose eviction was refused is asked again once its
         backoff is over (:meth:`~tessera.scheduler.adapters.kube.Evictions.due`): one the cache holds
-        has no event that would. A refused pod gone, or in a live gang now, is forgotten; so is one
-        whose node left the cluster (nothing would evict it, and it came due at every cycle for
-        ever): should the node come back, the pod's events let it go again (:meth:`let_go`)."""
+        has no event that would. A refused pod gone, or in a live gang now, is forgotten. One whose
+        node left is kept until the pod is gone, checked again after the longest backoff (5 min:
+        :meth:`~tessera.scheduler.adapters.kube.Evictions.defer`), not at every cycle: should the
+        node come back while the pod runs, that check lets it go (:meth:`let_go`) and evicts it."""
         evictions, cache = self.state.evictions, self.state.assembly.cache
         for key, uid in evictions.due():
             pod = self.cluster.cache.pods.store.get(key)
             if pod is None or pod.uid != uid or pod.terminated or pod.deleting or not our_bind(pod):
                 evictions.forget((key, uid))
             elif pod.node_name not in self.state.nodes:
-                evictions.forget((key, uid))  # its node is gone: no eviction to ask again
+                evictions.defer((key, uid))  # its node is gone: nothing to evict on until it is back
             elif self.live(pod) or not (cache.allocation(key) is None or held_by_others(cache, key)):
                 evictions.forget((key, uid))  # in a live gang: not to evict
             elif cache.allocation(key) is None:
@@ -369,10 +370,9 @@ class WatchState:
 
     def pod_ended(self, key: str, phase: str) -> None:
         """A placed pod ended or vanished: its resources are free; its gang may now be finished. A
-        pod only reserved (its gang waits for quorum) was never placed: its gang forgets it. A pod
-        held in its gang's name that was never placed in it (found leaving at a rebuild, unrecorded:
-        :attr:`EngineState.leaving_unrecorded`) frees what it holds, but its end is not its gang's
-        (that would finish a gang none of whose pods was placed)."""
+        pod only reserved (its gang waits for quorum) was never placed: its gang forgets it. One held
+        in its gang's name but never placed (:attr:`EngineState.leaving_unrecorded`) frees what it
+        holds; its end is not its gang's (that could finish a gang none of whose pods was placed)."""
         if self.state.assembly.scheduler.reservation_gone(key, self.now) is not None:
             return
         allocation = self.state.assembly.cache.remove_pod(key)

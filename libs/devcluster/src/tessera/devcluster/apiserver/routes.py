@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +94,7 @@ class ResourceRouter:
         """Called with every CustomResourceDefinition written, to serve its resources."""
         self.webhooks = webhooks
         """The mutating admission webhooks that objects created through the API pass."""
+        self._lines = WatchLines()
 
     async def handle(self, request: aiohttp.web.BaseRequest, route: Route) -> aiohttp.web.StreamResponse:
         try:
@@ -335,7 +337,8 @@ class ResourceRouter:
                         {"type": e["type"], "object": to_table(resource, [e["object"]], "", printer)}
                         for e in events
                     ]
-                await response.write(b"".join(_line(e) for e in events))
+                line = _line if table else self._lines.line
+                await response.write(b"".join(line(e) for e in events))
         except (ConnectionError, asyncio.CancelledError):
             watch.close()
             raise
@@ -351,6 +354,29 @@ def _media(request: aiohttp.web.BaseRequest) -> str:
 
 def _line(event: dict[str, Any]) -> bytes:
     return json.dumps(event, separators=(",", ":")).encode() + b"\n"
+
+
+class WatchLines:
+    """Watch events as lines, each encoded once for all the watchers it goes to.
+
+    Every watcher of a change gets the stored object itself (never changed once stored, see
+    `Watch.next`), so its line is the same for all who see the same type; the newest ``size`` are
+    kept, each with its object, whose id cannot then be reused while it is kept."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._held: OrderedDict[tuple[int, str], tuple[dict[str, Any], bytes]] = OrderedDict()
+
+    def line(self, event: dict[str, Any]) -> bytes:
+        obj, kind = event["object"], event["type"]
+        held = self._held.get((id(obj), kind))
+        if held is not None and held[0] is obj:
+            return held[1]
+        encoded = _line(event)
+        self._held[(id(obj), kind)] = (obj, encoded)
+        if len(self._held) > self._size:
+            self._held.popitem(last=False)
+        return encoded
 
 
 def _timeout_seconds(text: str | None) -> float | None:

@@ -266,3 +266,16 @@ def test_revisions_are_reserved_a_block_at_a_time_before_they_are_used() -> None
 
     assert reserved == [(10, 0), (20, 10), (30, 20)]
     assert store.revision == 26
+
+
+def test_mutate_without_a_copy_gives_the_stored_object_and_with_one_a_copy() -> None:
+    store = ObjectStore()
+    store.create(PODS, "ns", pod("a"))
+
+    kept = store.mutate(PODS, "ns", "a", lambda p: p["metadata"]["labels"].update(x="1"), copy_result=False)
+    same = store.mutate(PODS, "ns", "a", lambda p: None, copy_result=False)  # a no-op writes nothing
+    copied = store.mutate(PODS, "ns", "a", lambda p: p["metadata"]["labels"].update(x="2"))
+
+    assert kept["metadata"]["labels"] == {"x": "1"} and same is kept
+    copied["metadata"]["labels"]["x"] = "3"  # the caller's own copy
+    assert store.get(PODS, "ns", "a")["metadata"]["labels"] == {"x": "2"}

@@ -160,16 +160,22 @@ class ObjectStore:
         namespace: str | None,
         name: str,
         change: Callable[[dict[str, Any]], None],
+        *,
+        copy_result: bool = True,
     ) -> dict[str, Any]:
-        """Change an object in place, status included, as a controller would; no-op changes write nothing."""
+        """Change an object in place, status included, as a controller would; no-op changes write nothing.
+
+        The object as written comes back as a copy; with ``copy_result`` false, the stored object
+        itself, for a caller that only reads it (the store never changes an object it holds)."""
         with self._lock:
             old = self._require(resource, namespace, name)
             new = copy.deepcopy(old)
             change(new)
             if new == old:
-                return copy.deepcopy(old)
+                return copy.deepcopy(old) if copy_result else old
             key = self._key(resource, namespace, name)
-            return copy.deepcopy(self._commit(key, writes.keep_identity(old, new), "MODIFIED", old))
+            written = self._commit(key, writes.keep_identity(old, new), "MODIFIED", old)
+            return copy.deepcopy(written) if copy_result else written
 
     def delete(
         self,

@@ -383,7 +383,8 @@ class Kubelet:
 
     def _update(self, namespace: str, name: str, change: Any) -> bool:
         try:
-            self.ctx.store.mutate(PODS, namespace, name, change)
+            # Nothing reads the pod written: no copy of it (the status updates are most of the writes)
+            self.ctx.store.mutate(PODS, namespace, name, change, copy_result=False)
         except _Skip:
             return False
         except ApiError as exc:

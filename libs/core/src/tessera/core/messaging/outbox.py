@@ -327,8 +327,11 @@ class OutboxRelay:
 
         Sending stops at the first sign that the connection is away (it is not connected, or a
         publish fails on the connection), and when sending has taken `ack_timeout_s`: the rows not
-        sent stay for a later round, counted against none. Nothing is queued into nats.py's
-        reconnect buffer while NATS is away, and a round lasts at most about twice `ack_timeout_s`
+        sent stay for a later round, counted against none. The connection is looked at before each row,
+        but nats.py's reader notices a closed socket only when the loop turns (every
+        `_SENT_BETWEEN_TURNS` rows), so up to that many rows may go into its reconnect buffer; sent
+        on reconnection, they are deduplicated by `Nats-Msg-Id` and the consumers' inbox if a later
+        round publishes them again. A round lasts at most about twice `ack_timeout_s`
         on NATS's side, so it never holds its rows' locks for ever."""
         outcomes: list[PubAck | BaseException] = [_NOT_SENT] * len(rows)
         sent: list[tuple[int, asyncio.Future[PubAck]]] = []

@@ -3,6 +3,8 @@ those validate the body into the client's model and serialise it back, more CPU 
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from typing import Any
 
 import pytest
@@ -50,3 +52,41 @@ async def test_bind_and_evict_post_without_the_generated_methods(monkeypatch: py
         assert "tessera.io/gpu-assignment" in bound["metadata"]["annotations"]
         with pytest.raises(Exception, match="not found"):
             server.store.get(PODS, "ns", "b")
+
+
+async def test_a_blocking_bind_needs_no_event_loop_and_raises_as_bind_does() -> None:
+    async with ApiServer() as server:
+        server.store.create(NODES, None, {"metadata": {"name": "n1"}})
+        server.store.create(PODS, "ns", {"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}})
+        cluster = KubernetesCluster(api_client(url=server.url))
+        try:
+            bind = cluster.blocking_binds()
+            assert bind is not None
+            # on a thread of its own, as the scheduler's binding threads call it
+            await asyncio.to_thread(bind, PodRef("ns", "a"), "n1", DeviceAssignment("n1", ()))
+            with pytest.raises(AlreadyBound):
+                await asyncio.to_thread(bind, PodRef("ns", "a"), "n1")
+            with pytest.raises(NotFound):
+                await asyncio.to_thread(bind, PodRef("ns", "gone"), "n1")
+        finally:
+            await cluster.close()
+        assert server.store.get(PODS, "ns", "a")["spec"]["nodeName"] == "n1"
+
+
+def test_a_blocking_bind_without_an_answer_in_time_is_a_timeout() -> None:
+    with socket.socket() as silent:  # accepts the connection and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        cluster = KubernetesCluster(api_client(url=f"http://127.0.0.1:{silent.getsockname()[1]}"))
+        with pytest.raises(TimeoutError):
+            cluster.bind_blocking(PodRef("ns", "a"), "n1", timeout_s=0.2)
+
+
+def test_a_subclass_that_binds_its_own_way_is_not_bound_around() -> None:
+    class Scripted(KubernetesCluster):
+        async def bind(self, ref: PodRef, node: str, assignment: DeviceAssignment | None = None) -> None:
+            raise AssertionError("scripted")
+
+    api = api_client(url="http://127.0.0.1:1")
+    assert Scripted(api).blocking_binds() is None
+    assert KubernetesCluster(api).blocking_binds() is not None

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -36,6 +37,7 @@ from tessera.cluster.domain.requirements import Pod, PodGroup, PodRef
 from tessera.cluster.kube.errors import translate
 from tessera.cluster.kube.watch import stream_events
 from tessera.cluster.port import (
+    ClusterError,
     ConfigMap,
     ConfigMapMutation,
     Listing,
@@ -126,18 +128,38 @@ class KubernetesCluster:
         another uid (made again under the same name), so that pod is not bound with an assignment
         written for the one before it.
         """
-        metadata: dict[str, Any] = {"name": ref.name, "namespace": ref.namespace}
-        if assignment is not None:
-            metadata["annotations"] = {GPU_ASSIGNMENT_ANNOTATION: encode_assignment(assignment)}
-            if assignment.pod_uid:
-                metadata["uid"] = assignment.pod_uid
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": metadata,
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        await self._post(f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/binding", body, binding=True)
+        await self._post(*_binding(ref, node, assignment), binding=True)
+
+    def blocking_binds(self) -> Callable[..., None] | None:
+        """:meth:`bind_blocking`, unless a subclass binds its own way (overrides :meth:`bind`)."""
+        return self.bind_blocking if type(self).bind is KubernetesCluster.bind else None
+
+    def bind_blocking(
+        self,
+        ref: PodRef,
+        node: str,
+        assignment: DeviceAssignment | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        """:meth:`bind` on the calling thread, for a caller that waits for it on a thread of its own:
+        no hop to the event loop and the pool and back. Not on the event loop. Raises as :meth:`bind`
+        does, and TimeoutError when no answer came in ``timeout_s`` (default: the request timeout;
+        the bind may still land)."""
+        try:
+            response = _send(
+                self._api,
+                self._serialise_post(*_binding(ref, node, assignment)),
+                _preload_content=False,
+                _request_timeout=self._request_timeout if timeout_s is None else timeout_s,
+            )
+            _ = response.data  # read whole: the connection goes back to the pool
+        except ApiException as exc:
+            raise translate(exc, binding=True) from None
+        except urllib3.exceptions.HTTPError as exc:
+            reason = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
+            if isinstance(reason, urllib3.exceptions.TimeoutError):
+                raise TimeoutError(f"bind {ref}: {reason}") from exc
+            raise ClusterError(f"bind {ref}: {exc}") from exc
 
     async def evict(self, ref: PodRef, grace_period_seconds: int | None = None) -> None:
         body: dict[str, Any] = {
@@ -281,14 +303,17 @@ class KubernetesCluster:
         would (its headers and authentication), but without its argument checks: those validate
         the body into the client's model and serialise it back, which cost a bind more CPU than
         the request itself. Names and namespaces are DNS labels and subdomains: nothing to quote."""
-        request = self._api.param_serialize(
+        request = self._serialise_post(path, body)
+        return await self._call(functools.partial(_send, self._api, request), binding=binding)
+
+    def _serialise_post(self, path: str, body: dict[str, Any]) -> Any:
+        return self._api.param_serialize(
             method="POST",
             resource_path=path,
             header_params={"Accept": "application/json", "Content-Type": "application/json"},
             body=body,
             auth_settings=["BearerToken"],
         )
-        return await self._call(functools.partial(_send, self._api, request), binding=binding)
 
     async def _call(
         self, method: Callable[..., Any], *args: Any, binding: bool = False, **kwargs: Any
@@ -306,6 +331,22 @@ class KubernetesCluster:
             return {}
         parsed = json.loads(data)
         return parsed if isinstance(parsed, dict) else {}
+
+
+def _binding(ref: PodRef, node: str, assignment: DeviceAssignment | None) -> tuple[str, dict[str, Any]]:
+    """The Binding of ``ref`` to ``node`` (see :meth:`KubernetesCluster.bind`) and where it goes."""
+    metadata: dict[str, Any] = {"name": ref.name, "namespace": ref.namespace}
+    if assignment is not None:
+        metadata["annotations"] = {GPU_ASSIGNMENT_ANNOTATION: encode_assignment(assignment)}
+        if assignment.pod_uid:
+            metadata["uid"] = assignment.pod_uid
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": metadata,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    return f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/binding", body
 
 
 def _send(api: k8s.ApiClient, request: Any, *, _preload_content: bool, _request_timeout: Any) -> Any:

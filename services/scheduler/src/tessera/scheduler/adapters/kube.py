@@ -17,7 +17,7 @@ import math
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tessera.cluster.cache import pod_key
 from tessera.cluster.conventions.names import JOB_ID_LABEL
@@ -32,6 +32,19 @@ log = logging.getLogger(__name__)
 __all__ = ["JOB_ID_LABEL", "ClusterBinder", "Evictions", "InventoryBinder"]
 
 Asked = tuple[str, str]  # a pod's key and uid
+
+
+class BlockingBind(Protocol):
+    """``Cluster.bind`` on the calling thread (``KubernetesCluster.bind_blocking``); TimeoutError
+    when no answer came in time."""
+
+    def __call__(
+        self,
+        ref: PodRef,
+        node: str,
+        assignment: DeviceAssignment | None = None,
+        timeout_s: float | None = None,
+    ) -> None: ...
 
 
 class Evictions:
@@ -165,6 +178,10 @@ class ClusterBinder:
         self.uuids = uuids
         self.timeout_s = timeout_s
         self._background: set[asyncio.Task[None]] = set()
+        # A cluster that can bind on the calling thread (the Kubernetes adapter) does: a bind then
+        # costs no hop to the event loop and its pool and back, only the request.
+        offer = getattr(cluster, "blocking_binds", None)
+        self._bind_blocking: BlockingBind | None = offer() if callable(offer) else None
 
     async def settle(self) -> None:
         """Wait for evictions started in the background (before the evicted pods are recreated)."""
@@ -180,7 +197,12 @@ class ClusterBinder:
         assignment = DeviceAssignment(allocation.node, shares, self.evictions.uid_of(allocation.pod))
         ref = PodRef.parse(allocation.pod)
         try:
-            self._wait(self.cluster.bind(ref, allocation.node, assignment))
+            if self._bind_blocking is None:
+                self._wait(self.cluster.bind(ref, allocation.node, assignment))
+            elif self._on_loop():
+                raise BindError("a bind must run on the scheduling thread, not on the event loop")
+            else:
+                self._bind_blocking(ref, allocation.node, assignment, timeout_s=self.timeout_s)
         except AlreadyBound as error:
             # Bound by an earlier attempt whose answer was lost: fine if it is where we put it.
             if self._node_of(ref) != allocation.node:

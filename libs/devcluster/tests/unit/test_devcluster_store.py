@@ -279,3 +279,17 @@ def test_mutate_without_a_copy_gives_the_stored_object_and_with_one_a_copy() -> 
     assert kept["metadata"]["labels"] == {"x": "1"} and same is kept
     copied["metadata"]["labels"]["x"] = "3"  # the caller's own copy
     assert store.get(PODS, "ns", "a")["metadata"]["labels"] == {"x": "2"}
+
+
+def test_bind_without_a_copy_gives_the_stored_pod() -> None:
+    store = ObjectStore()
+    store.create(PODS, "ns", pod("a"))
+    store.create(PODS, "ns", pod("b"))
+
+    kept = store.bind("ns", "a", "n1", copy_result=False)
+    copied = store.bind("ns", "b", "n1")
+    copied["spec"]["nodeName"] = "elsewhere"  # the caller's own copy
+
+    assert kept["spec"]["nodeName"] == "n1"
+    assert any(obj is kept for _, obj in store.contents()[1])
+    assert store.get(PODS, "ns", "b")["spec"]["nodeName"] == "n1"

@@ -275,7 +275,10 @@ class ResourceRouter:
         if not (isinstance(annotations, dict) and all(isinstance(v, str) for v in annotations.values())):
             raise errors.invalid("Binding", pod, "metadata.annotations", "must be a map of strings")
         preconditions = {field: str(meta[field]) for field in ("uid", "resourceVersion") if meta.get(field)}
-        self.store.bind(namespace or "default", pod, target.get("name", ""), annotations, preconditions)
+        # The answer is a Status, not the pod: no copy of it
+        self.store.bind(
+            namespace or "default", pod, target.get("name", ""), annotations, preconditions, copy_result=False
+        )
         return _json(_success(201), 201)
 
     def _delete_collection(

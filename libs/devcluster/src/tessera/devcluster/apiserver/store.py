@@ -214,17 +214,22 @@ class ObjectStore:
         node_name: str,
         annotations: Mapping[str, str] | None = None,
         preconditions: Mapping[str, str] | None = None,
+        *,
+        copy_result: bool = True,
     ) -> dict[str, Any]:
         """pods/binding: assign a pod to a node once; a second binding, or binding a pod that
         scheduling gates still hold, is 409 Conflict. As the API server's binding storage does, the
         Binding's annotations are written onto the pod in the same update, and its ``uid`` and
-        ``resourceVersion`` (``preconditions``), when given, must be the pod's (409 otherwise)."""
+        ``resourceVersion`` (``preconditions``), when given, must be the pod's (409 otherwise).
+        The pod bound comes back as a copy, or with ``copy_result`` false the stored one (see
+        :meth:`mutate`)."""
         if not node_name:
             raise errors.invalid("Binding", pod_name, "target.name", "Required value: a node name")
         with self._lock:
             old = self._require(PODS, namespace, pod_name)
             new = writes.bound_pod(old, pod_name, node_name, annotations, preconditions)
-            return copy.deepcopy(self._commit(self._key(PODS, namespace, pod_name), new, "MODIFIED", old))
+            written = self._commit(self._key(PODS, namespace, pod_name), new, "MODIFIED", old)
+            return copy.deepcopy(written) if copy_result else written
 
     # ---- snapshots (see tessera.devcluster.persistence) ---------------------------------------
 

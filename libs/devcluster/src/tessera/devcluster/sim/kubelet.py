@@ -106,7 +106,9 @@ class Kubelet:
     async def run(self) -> None:
         watch = self.ctx.store.watch(PODS)
         try:
-            async for event in watch:
+            # The stored pods themselves, uncopied: the kubelet only reads them (it changes a pod
+            # through ObjectStore.mutate, on a copy), and the store never changes one it holds.
+            while (event := await watch.next(copy_object=False)) is not None:
                 self.on_event(event["type"], event["object"])
         finally:
             watch.close()

@@ -156,6 +156,8 @@ PORT_CALLS: Mapping[str, frozenset[ApiCall]] = {
     "watch_pod_groups": _calls(POD_GROUP_API_GROUP, POD_GROUP_PLURAL, "watch"),
     # one POST of the Binding, the device assignment among its annotations
     "bind": _calls("", "pods/binding", "create"),
+    "bind_blocking": _calls("", "pods/binding", "create"),
+    "blocking_binds": _calls("", "pods/binding", "create"),  # hands out bind_blocking
     "evict": _calls("", "pods/eviction", "create"),
     "patch_node": _calls("", "nodes", "patch"),
     "cordon": _calls("", "nodes", "patch"),

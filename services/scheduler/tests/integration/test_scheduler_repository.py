@@ -17,10 +17,11 @@ from tessera.contracts.events import PreemptionRequested, ReadyForEviction
 from tessera.core.db.engine import async_url
 from tessera.core.db.migrations import migrate
 from tessera.scheduler.adapters import orm
-from tessera.scheduler.adapters.repository import PlacementRow, SqlSchedulerRepository
+from tessera.scheduler.adapters.repository import SqlSchedulerRepository
 from tessera.scheduler.config import WorkloadProfileSettings
 from tessera.scheduler.domain.placement import OPENB_TYPICAL_WORKLOAD, PodShape
 from tessera.scheduler.service_layer.rebuild import learn_typical_workload
+from tessera.scheduler.service_layer.repository_port import PlacementRow
 from tessera.scheduler.service_layer.unit_of_work import SchedulerUnitOfWork
 from tessera.testing.builders import a_job
 

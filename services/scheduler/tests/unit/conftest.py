@@ -19,9 +19,15 @@ import pytest
 
 from tessera.contracts.events import NodeInventory, PreemptionRequested, ReadyForEviction
 from tessera.contracts.jobs import JobSpec
-from tessera.scheduler.adapters.repository import JOB, PendingGang, PlacementRow, Preemption, ready_reason
 from tessera.scheduler.domain.placement.model import PodShape
 from tessera.scheduler.domain.placement.observed_workload import placed_shape
+from tessera.scheduler.service_layer.repository_port import (
+    JOB,
+    PendingGang,
+    PlacementRow,
+    Preemption,
+    ready_reason,
+)
 from tessera.scheduler.service_layer.unit_of_work import SchedulerUnitOfWork
 from tessera.testing.fakes import FakeUnitOfWork
 

@@ -22,7 +22,6 @@ from tessera.cluster.domain.requirements import GpuRequest, Pod, PodGroup, PodPh
 from tessera.cluster.fake import FakeCluster
 from tessera.cluster.port import EventType, WatchEvent
 from tessera.scheduler.adapters.cluster_side import ClusterSide
-from tessera.scheduler.adapters.repository import PODGROUP
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.framework.cluster_view import node_info
 from tessera.scheduler.domain.gang.scheduler import OutcomeKind
@@ -30,6 +29,7 @@ from tessera.scheduler.service_layer.bound_pods import our_bind
 from tessera.scheduler.service_layer.engine import SchedulingEngine
 from tessera.scheduler.service_layer.outcomes import GangInfo
 from tessera.scheduler.service_layer.rebuild import adopt_cluster_pods
+from tessera.scheduler.service_layer.repository_port import PODGROUP
 from tessera.testing.builders import a_job
 
 from .test_scheduler_deleted_members import Repo

@@ -21,13 +21,13 @@ from tessera.cluster.fake import FakeCluster
 from tessera.cluster.port import EventType, WatchEvent
 from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.kube import Evictions
-from tessera.scheduler.adapters.repository import PODGROUP
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.gang.queue import ClusterEvent
 from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
 from tessera.scheduler.domain.snapshot import Allocation
 from tessera.scheduler.service_layer.engine import SchedulingEngine
 from tessera.scheduler.service_layer.engine_state import EngineState
+from tessera.scheduler.service_layer.repository_port import PODGROUP
 from tessera.scheduler.service_layer.watches import WatchState, hold_foreign
 
 from .test_scheduler_deleted_members import Repo

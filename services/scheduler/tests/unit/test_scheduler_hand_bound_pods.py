@@ -14,9 +14,9 @@ from tessera.cluster.conventions.names import JOB_ID_LABEL, SCHEDULER_NAME
 from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
 from tessera.cluster.domain.requirements import GpuRequest, Pod, PodGroup, PodPhase, PodRequirements
 from tessera.cluster.port import EventType, WatchEvent
-from tessera.scheduler.adapters.repository import JOB
 from tessera.scheduler.domain.gang.scheduler import OutcomeKind
 from tessera.scheduler.service_layer.outcomes import GangInfo
+from tessera.scheduler.service_layer.repository_port import JOB
 from tessera.testing.builders import a_job
 
 from .test_scheduler_deleted_members import Cluster, Repo, world

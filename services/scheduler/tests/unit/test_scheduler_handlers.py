@@ -24,9 +24,9 @@ from tessera.contracts.events import (
 )
 from tessera.core.messaging.consumer import Handler, PermanentError
 from tessera.core.observability.tracing import span_from_headers
-from tessera.scheduler.adapters.repository import JOB, PlacementRow
 from tessera.scheduler.service_layer import handlers
 from tessera.scheduler.service_layer.handlers import SchedulingLoop
+from tessera.scheduler.service_layer.repository_port import JOB, PlacementRow
 from tessera.scheduler.service_layer.unit_of_work import SchedulerUnitOfWork
 from tessera.testing.builders import a_job, an_envelope
 

@@ -23,13 +23,13 @@ from tessera.cluster.domain.requirements import GpuRequest, Pod, PodGroup, PodPh
 from tessera.cluster.fake import FakeCluster
 from tessera.cluster.port import EventType, WatchEvent
 from tessera.scheduler.adapters.cluster_side import ClusterSide
-from tessera.scheduler.adapters.repository import PODGROUP, PlacementRow
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.framework.cluster_view import node_info
 from tessera.scheduler.domain.gang.scheduler import OutcomeKind
 from tessera.scheduler.service_layer.bound_pods import held_by_others
 from tessera.scheduler.service_layer.outcomes import GangInfo
 from tessera.scheduler.service_layer.rebuild import adopt_cluster_pods, rebuild
+from tessera.scheduler.service_layer.repository_port import PODGROUP, PlacementRow
 from tessera.scheduler.service_layer.watches import WatchState
 
 AT = datetime(2026, 11, 25, tzinfo=UTC)

@@ -17,11 +17,11 @@ from tessera.cluster.domain.requirements import PodGroup
 from tessera.cluster.fake import FakeCluster
 from tessera.cluster.port import EventType, WatchEvent
 from tessera.scheduler.adapters.cluster_side import ClusterSide
-from tessera.scheduler.adapters.repository import PODGROUP
 from tessera.scheduler.domain.framework.cluster_view import node_info
 from tessera.scheduler.service_layer.bound_pods import our_bind
 from tessera.scheduler.service_layer.outcomes import GangInfo
 from tessera.scheduler.service_layer.rebuild import adopt_cluster_pods
+from tessera.scheduler.service_layer.repository_port import PODGROUP
 
 from .test_scheduler_copied_assignment import UUIDS, by_hand
 from .test_scheduler_deleted_members import Repo

@@ -24,7 +24,6 @@ from tessera.cluster.fake import FakeCluster
 from tessera.cluster.port import ClusterError, EventType, WatchEvent
 from tessera.contracts.events import GangFinished
 from tessera.scheduler.adapters.cluster_side import ClusterSide
-from tessera.scheduler.adapters.repository import JOB
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.cache import PodState
 from tessera.scheduler.domain.framework.cluster_view import node_info
@@ -35,6 +34,7 @@ from tessera.scheduler.domain.snapshot import Allocation
 from tessera.scheduler.service_layer.engine import SchedulingEngine
 from tessera.scheduler.service_layer.engine_state import EngineState
 from tessera.scheduler.service_layer.outcomes import GangInfo
+from tessera.scheduler.service_layer.repository_port import JOB
 from tessera.scheduler.service_layer.watches import WatchState
 from tessera.testing.builders import a_job
 

@@ -9,10 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from tessera.contracts.events import GpuInventory, NodeInventory
-from tessera.scheduler.adapters.repository import PlacementRow
 from tessera.scheduler.config import SchedulerSettings, WorkloadProfileSettings
 from tessera.scheduler.domain.placement import OPENB_TYPICAL_WORKLOAD, TypicalPod
 from tessera.scheduler.service_layer.engine import SchedulingEngine
+from tessera.scheduler.service_layer.repository_port import PlacementRow
 
 # conftest's FakeSchedulerUnitOfWork (a conftest module cannot be imported).
 FakeUnit = Any

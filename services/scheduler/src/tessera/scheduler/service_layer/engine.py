@@ -29,7 +29,6 @@ from tessera.core.db.uow import UnitOfWork
 from tessera.core.observability.ratelimit import RateLimitedLog
 from tessera.core.observability.tracing import span_from_headers
 from tessera.scheduler.adapters.cluster_side import ClusterSide
-from tessera.scheduler.adapters.repository import JOB, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.cache import CacheConflict
 from tessera.scheduler.domain.gang.assembly import Assembly
@@ -46,6 +45,7 @@ from tessera.scheduler.service_layer.gangs import (
 from tessera.scheduler.service_layer.outcomes import GangInfo, publish_at_commit, record_outcome
 from tessera.scheduler.service_layer.preemption import preempt_due
 from tessera.scheduler.service_layer.rebuild import learn_typical_workload, rebuild
+from tessera.scheduler.service_layer.repository_port import JOB, SchedulerRepository
 from tessera.scheduler.service_layer.tracing import DecisionSpans
 from tessera.scheduler.service_layer.unit_of_work import SchedulerUnitOfWork
 from tessera.scheduler.service_layer.watches import WatchState, native_keys

@@ -13,11 +13,11 @@ from tessera.contracts.base import Message
 from tessera.contracts.events import GangPlaced, GangUnschedulable, PodsEvicted
 from tessera.core.db.uow import UnitOfWork
 from tessera.core.observability.tracing import current_trace_headers
-from tessera.scheduler.adapters.repository import PlacementRow, SchedulerRepository
 from tessera.scheduler.domain.gang.queue import GangQueue
 from tessera.scheduler.domain.gang.scheduler import GangOutcome, OutcomeKind
 from tessera.scheduler.domain.snapshot import Allocation
 from tessera.scheduler.service_layer.gangs import placement_of, pod_name
+from tessera.scheduler.service_layer.repository_port import PlacementRow, SchedulerRepository
 from tessera.scheduler.service_layer.tracing import annotate_decision, decision_span
 
 log = logging.getLogger(__name__)

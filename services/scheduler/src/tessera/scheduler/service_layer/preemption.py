@@ -21,11 +21,11 @@ from tessera.contracts.events import PodsEvicted, ReportJobOutcome
 from tessera.core.db.uow import UnitOfWork
 from tessera.core.observability.tracing import tracer
 from tessera.scheduler.adapters.cluster_side import ClusterSide
-from tessera.scheduler.adapters.repository import JOB, Preemption, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.gang.queue import ClusterEvent
 from tessera.scheduler.service_layer.engine_state import EngineState
 from tessera.scheduler.service_layer.gangs import job_pod_names, pod_name
+from tessera.scheduler.service_layer.repository_port import JOB, Preemption, SchedulerRepository
 
 log = logging.getLogger(__name__)
 

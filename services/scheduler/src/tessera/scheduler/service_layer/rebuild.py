@@ -26,7 +26,6 @@ from tessera.contracts.jobs import JobSpec
 from tessera.core.observability.tracing import tracer
 from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL, ClusterBinder, Evictions, InventoryBinder
-from tessera.scheduler.adapters.repository import JOB, PODGROUP, PendingGang, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings, WorkloadProfileSettings
 from tessera.scheduler.domain.framework.cluster_view import node_info
 from tessera.scheduler.domain.framework.pod import InvalidSpec
@@ -50,6 +49,7 @@ from tessera.scheduler.service_layer.gangs import (
     member_group,
 )
 from tessera.scheduler.service_layer.outcomes import GangInfo
+from tessera.scheduler.service_layer.repository_port import JOB, PODGROUP, PendingGang, SchedulerRepository
 from tessera.scheduler.service_layer.steps import TimedSteps
 from tessera.scheduler.service_layer.tracing import TracedBinder
 from tessera.scheduler.service_layer.watches import (

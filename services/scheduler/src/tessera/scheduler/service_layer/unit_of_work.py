@@ -5,11 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tessera.core.db.uow import UnitOfWork
-from tessera.scheduler.adapters.repository import (
-    SchedulerRepository,
-    SqlSchedulerRepository,
-    call_after_commit,
-)
+from tessera.scheduler.adapters.repository import SqlSchedulerRepository, call_after_commit
+from tessera.scheduler.service_layer.repository_port import SchedulerRepository
 
 
 class SchedulerUnitOfWork(UnitOfWork):

@@ -33,7 +33,6 @@ from tessera.contracts.jobs import JobSpec
 from tessera.core.observability.ratelimit import RateLimitedLog
 from tessera.scheduler.adapters.cluster_side import ClusterSide
 from tessera.scheduler.adapters.kube import JOB_ID_LABEL
-from tessera.scheduler.adapters.repository import JOB, PODGROUP, SchedulerRepository
 from tessera.scheduler.config import SchedulerSettings
 from tessera.scheduler.domain.cache import CacheConflict
 from tessera.scheduler.domain.framework.cluster_view import gang_spec, node_info
@@ -62,6 +61,7 @@ from tessera.scheduler.service_layer.gangs import (
     member_group,
 )
 from tessera.scheduler.service_layer.outcomes import GangInfo
+from tessera.scheduler.service_layer.repository_port import JOB, PODGROUP, SchedulerRepository
 
 # re-exported: the rebuild and the tests take them from here
 __all__ = [

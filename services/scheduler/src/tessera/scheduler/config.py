@@ -78,10 +78,11 @@ class SchedulerSettings(ServiceSettings):
     poll_s: float = Field(1.0, gt=0, description="the scheduling loop wakes at least this often")
     bind_timeout_s: float = Field(30.0, gt=0)
     kube_connections: int = Field(
-        32,
+        40,
         ge=1,
-        description="connections kept open to the API server: the three watches, the lease and the "
-        "16 threads of API calls, with room (the client's own default is 5 per CPU)",
+        description="connections kept open to the API server: the three watches, the lease, the "
+        "16 threads of API calls and the 16 binding threads, with room (the client's own default "
+        "is 5 per CPU)",
     )
     pipelined_binds: bool = Field(
         True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from typing import Any
 
 import pytest
@@ -90,3 +91,42 @@ def test_a_subclass_that_binds_its_own_way_is_not_bound_around() -> None:
     api = api_client(url="http://127.0.0.1:1")
     assert Scripted(api).blocking_binds() is None
     assert KubernetesCluster(api).blocking_binds() is not None
+
+
+def _answering_201() -> socket.socket:
+    """A listener that answers every request 201 with an empty object, on a thread of its own."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+async def test_the_credentials_are_refreshed_off_the_event_loop() -> None:
+    """Serialising a request runs the configuration's refresh hook (a kubeconfig's exec plugin,
+    which may block): binds and evictions serialise on the pool, never on the loop's thread."""
+    threads: list[str] = []
+    with _answering_201() as listener:
+        configuration = k8s.Configuration()
+        configuration.host = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        configuration.api_key = {"authorization": "token"}
+        configuration.refresh_api_key_hook = lambda _: threads.append(threading.current_thread().name)
+        cluster = KubernetesCluster(k8s.ApiClient(configuration))
+        try:
+            await cluster.evict(PodRef("ns", "a"))
+            await cluster.bind(PodRef("ns", "a"), "n1")
+        finally:
+            await cluster.close()
+    assert len(threads) == 2
+    assert threading.current_thread().name not in threads

@@ -146,9 +146,8 @@ class KubernetesCluster:
         does, and TimeoutError when no answer came in ``timeout_s`` (default: the request timeout;
         the bind may still land)."""
         try:
-            response = _send(
-                self._api,
-                self._serialise_post(*_binding(ref, node, assignment)),
+            response = self._send_post(
+                *_binding(ref, node, assignment),
                 _preload_content=False,
                 _request_timeout=self._request_timeout if timeout_s is None else timeout_s,
             )
@@ -303,8 +302,15 @@ class KubernetesCluster:
         would (its headers and authentication), but without its argument checks: those validate
         the body into the client's model and serialise it back, which cost a bind more CPU than
         the request itself. Names and namespaces are DNS labels and subdomains: nothing to quote."""
+        return await self._call(self._send_post, path, body, binding=binding)
+
+    def _send_post(
+        self, path: str, body: dict[str, Any], *, _preload_content: bool, _request_timeout: Any
+    ) -> Any:
+        """Serialise and send on the calling thread, never the event loop's: serialising runs the
+        configuration's ``refresh_api_key_hook`` (a kubeconfig's exec plugin), which may block."""
         request = self._serialise_post(path, body)
-        return await self._call(functools.partial(_send, self._api, request), binding=binding)
+        return _send(self._api, request, _preload_content=_preload_content, _request_timeout=_request_timeout)
 
     def _serialise_post(self, path: str, body: dict[str, Any]) -> Any:
         return self._api.param_serialize(

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from urllib3.connection import HTTPConnection
+from urllib3.exceptions import ConnectTimeoutError
 
 from tessera.cluster.domain import PodRef
 from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
@@ -130,3 +132,19 @@ async def test_the_credentials_are_refreshed_off_the_event_loop() -> None:
             await cluster.close()
     assert len(threads) == 2
     assert threading.current_thread().name not in threads
+
+
+def test_a_blocking_bind_that_cannot_connect_in_time_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool retries a failed connection three times, each with a fresh timeout: a bind given
+    one second waited four. A bind tries to connect once, and its timeout bounds the whole call."""
+    attempts: list[HTTPConnection] = []
+
+    def timing_out(conn: HTTPConnection) -> Any:
+        attempts.append(conn)
+        raise ConnectTimeoutError(conn, "timed out")
+
+    monkeypatch.setattr(HTTPConnection, "_new_conn", timing_out)
+    cluster = KubernetesCluster(api_client(url="http://127.0.0.1:1"))
+    with pytest.raises(TimeoutError):
+        cluster.bind_blocking(PodRef("ns", "a"), "n1", timeout_s=1.0)
+    assert len(attempts) == 1

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from kubernetes.client.rest import RESTResponse
 
 from tessera.cluster.conventions.assignment import encode_assignment
 from tessera.cluster.conventions.kube_dict import get, string_map
@@ -355,15 +356,29 @@ def _binding(ref: PodRef, node: str, assignment: DeviceAssignment | None) -> tup
     return f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/binding", body
 
 
-def _send(api: k8s.ApiClient, request: Any, *, _preload_content: bool, _request_timeout: Any) -> Any:
-    """One serialised request (``ApiClient.param_serialize``), answered raw; any status but 2xx
-    raised as the generated methods raise it (``ApiException`` with the status and body)."""
-    method, url, headers, body, post_params = request
-    response = api.call_api(method, url, headers, body, post_params, _request_timeout=_request_timeout)
+def _send(api: k8s.ApiClient, request: Any, *, _preload_content: bool, _request_timeout: float | None) -> Any:
+    """One serialised request (``ApiClient.param_serialize``) of a JSON body, answered raw; any
+    status but 2xx raised as the generated methods raise it (``ApiException`` with the status and
+    body). Sent on the client's own connection pool, but never retried: the pool retries a failed
+    connection three times, each with a fresh timeout, so a bind could wait four times its own."""
+    method, url, headers, body, _ = request
+    try:
+        response = api.rest_client.pool_manager.request(
+            method,
+            url,
+            body=json.dumps(body),
+            headers=headers,
+            timeout=urllib3.Timeout(total=_request_timeout) if _request_timeout else None,
+            retries=False,
+            preload_content=False,
+        )
+    except urllib3.exceptions.SSLError as exc:  # as the client's RESTClient reports it
+        raise ApiException(status=0, reason=f"{type(exc).__name__}\n{exc}") from None
     if not 200 <= response.status <= 299:
-        response.read()  # type: ignore[no-untyped-call]
-        raise ApiException.from_response(http_resp=response, body=None, data=None)
-    return response.response
+        answer = RESTResponse(response)
+        answer.read()  # type: ignore[no-untyped-call]
+        raise ApiException.from_response(http_resp=answer, body=None, data=None)
+    return response
 
 
 def _config_map(raw: Mapping[str, Any]) -> ConfigMap:

@@ -9,8 +9,10 @@ totals the ones summed over every node.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping
+from types import MappingProxyType
 
 import pytest
 
@@ -28,7 +30,7 @@ from tessera.scheduler.domain.plugins.fragmentation import FragmentationScore
 from tessera.scheduler.domain.plugins.gpu_choice import choose_gpus
 from tessera.scheduler.domain.plugins.profiles import build_profile
 from tessera.scheduler.domain.plugins.reserve import RecordingBinder
-from tessera.scheduler.domain.snapshot import NodeInfo, Snapshot
+from tessera.scheduler.domain.snapshot import Allocation, NodeInfo, Snapshot
 
 from .test_framework_verdicts import MODELS, SHAPES, cluster, same
 
@@ -199,3 +201,26 @@ def test_a_score_outside_the_range_or_for_a_node_not_scored_is_refused() -> None
         score(_Scores(-1, ("n0",)))
     with pytest.raises(ValueError, match="not among the nodes scored"):
         score(_Scores(10, ("elsewhere",)))
+
+
+def test_a_snapshot_made_from_the_caches_does_not_carry_its_log_of_changes() -> None:
+    """A what-if snapshot made with ``dataclasses.replace`` (a node freed, two cordoned) is decided as
+    a snapshot of its own: the kept verdicts and the gang index walk its nodes. Before, it carried
+    the cache's log, which names none of its changes, so the kept path chose a cordoned node and
+    `holding` named a node the gang was no longer on."""
+    cache = SchedulerCache.rebuild([make_node(f"n{i}").gpus(2).build() for i in range(3)])
+    cache.assume(Allocation("x", "gx", "n0", ((0, 1000), (1, 1000))))  # n0 full
+    profile = build_profile(cache, GangRegistry(), RecordingBinder(), gangs=False)
+    kept = Framework(profile)
+    pod = make_pod("p", "g", gpus=2)
+    snapshot = cache.snapshot()
+    assert kept.schedule_pod(CycleState(), pod, snapshot).node in {"n1", "n2"}
+
+    nodes = dict(snapshot.nodes)
+    nodes["n0"] = nodes["n0"].without_allocation(cache.allocation("x"))
+    for name in ("n1", "n2"):
+        nodes[name] = dataclasses.replace(nodes[name], schedulable=False)
+    what_if = dataclasses.replace(snapshot, nodes=MappingProxyType(nodes))
+    assert what_if.changes is None and what_if.gangs is None
+    assert kept.schedule_pod(CycleState(), pod, what_if).node == "n0"
+    assert what_if.holding("gx") == frozenset()

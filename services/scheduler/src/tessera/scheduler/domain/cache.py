@@ -66,7 +66,9 @@ class SchedulerCache:
         previous = self._snapshot
         if previous is not None and previous.generation == self._generation:
             return previous
-        snapshot = Snapshot(MappingProxyType(dict(self._nodes)), self._generation, self._changes, self._gangs)
+        snapshot = Snapshot.of_cache(
+            MappingProxyType(dict(self._nodes)), self._generation, self._changes, self._gangs
+        )
         snapshot._totals.append(self._totals.totals())
         if previous is not None and not self._reordered:
             snapshot._positions.extend(previous._positions)  # the same nodes in the same order

@@ -1,8 +1,11 @@
 """The scheduler's immutable view of the cluster: what one scheduling cycle decides on.
 
-A :class:`Snapshot` maps node names to :class:`NodeInfo` values. Every value is frozen, so a cycle
-can read it without locks while the cache (see :mod:`.cache`) keeps changing; changing a node means
-building a new ``NodeInfo`` with :meth:`NodeInfo.with_allocation` or :meth:`NodeInfo.without_allocation`.
+A :class:`Snapshot` maps node names to :class:`NodeInfo` values. Every value is frozen; changing a
+node means building a new ``NodeInfo`` with :meth:`NodeInfo.with_allocation` or
+:meth:`NodeInfo.without_allocation`. The cache's snapshots also share its log of changed nodes and
+its gang index (see :mod:`.node_changes`), which the cache changes in place: a snapshot is read and
+the cache changed on one thread at a time (the service's scheduling thread, while the loop waits),
+never concurrently.
 Like kube-scheduler's ``NodeInfo``, this is the scheduler's own view: capacity and health from the
 cluster, plus the allocations the scheduler has assumed or seen bound.
 """
@@ -360,9 +363,12 @@ class Snapshot:
 
     nodes: Mapping[str, NodeInfo]
     generation: int = 0
-    changes: NodeChanges | None = field(default=None, repr=False, compare=False)
-    """The cache's log of changed nodes (see :mod:`.node_changes`); None for a snapshot made otherwise."""
-    gangs: GangNodes | None = field(default=None, repr=False, compare=False)
+    changes: NodeChanges | None = field(default=None, init=False, repr=False, compare=False)
+    """The cache's log of changed nodes (see :mod:`.node_changes`); None for a snapshot made otherwise.
+    Set only by :meth:`of_cache`: a snapshot made from another one (``dataclasses.replace``, a what-if
+    with nodes changed) must not carry a log that does not name its changes, or kept verdicts and
+    :meth:`holding` would trust it."""
+    gangs: GangNodes | None = field(default=None, init=False, repr=False, compare=False)
     """The cache's nodes holding each gang's members, read with ``changes``."""
     _totals: list[ClusterTotals] = field(default_factory=list, init=False, repr=False, compare=False)
     _positions: list[Mapping[str, int]] = field(default_factory=list, init=False, repr=False, compare=False)
@@ -377,6 +383,16 @@ class Snapshot:
                 raise ValueError(f"nodes: duplicate node name {node.name!r}")
             by_name[node.name] = node
         return cls(MappingProxyType(by_name), generation)
+
+    @classmethod
+    def of_cache(
+        cls, nodes: Mapping[str, NodeInfo], generation: int, changes: NodeChanges, gangs: GangNodes
+    ) -> Snapshot:
+        """The cache's snapshot at ``generation``, with its log of changes and gang index."""
+        snapshot = cls(nodes, generation)
+        object.__setattr__(snapshot, "changes", changes)
+        object.__setattr__(snapshot, "gangs", gangs)
+        return snapshot
 
     def __len__(self) -> int:
         return len(self.nodes)

@@ -6,17 +6,18 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 from urllib3.connection import HTTPConnection
-from urllib3.exceptions import ConnectTimeoutError
+from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 
 from tessera.cluster.domain import PodRef
 from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
 from tessera.cluster.kube import KubernetesCluster, api_client
-from tessera.cluster.port import AlreadyBound, NotFound
+from tessera.cluster.port import AlreadyBound, ClusterError, NotFound
 from tessera.devcluster.apiserver import ApiServer
 from tessera.devcluster.apiserver.resources import NODES, PODS
 
@@ -148,3 +149,36 @@ def test_a_blocking_bind_that_cannot_connect_in_time_is_not_retried(monkeypatch:
     with pytest.raises(TimeoutError):
         cluster.bind_blocking(PodRef("ns", "a"), "n1", timeout_s=1.0)
     assert len(attempts) == 1
+
+
+def test_a_blocking_bind_refused_a_connection_never_reached_the_server() -> None:
+    """urllib3 makes a refused connection a ConnectTimeoutError: the bind did not land, and is no
+    timeout (after which the binder must allow that it may have)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    cluster = KubernetesCluster(api_client(url=f"http://127.0.0.1:{port}"))
+    with pytest.raises(ClusterError) as raised:
+        cluster.bind_blocking(PodRef("ns", "a"), "n1", timeout_s=1.0)
+    assert not isinstance(raised.value, TimeoutError)
+
+
+@pytest.mark.parametrize(
+    ("error", "raised"),
+    [
+        (lambda conn: NameResolutionError("nowhere.invalid", conn, OSError("unknown")), ClusterError),
+        (lambda conn: NewConnectionError(conn, "refused"), ClusterError),
+        (lambda conn: ConnectTimeoutError(conn, "timed out"), TimeoutError),
+    ],
+)
+def test_a_blocking_bind_is_a_timeout_only_when_one_ran_out(
+    monkeypatch: pytest.MonkeyPatch, error: Callable[[HTTPConnection], Exception], raised: type[Exception]
+) -> None:
+    def failing(conn: HTTPConnection) -> Any:
+        raise error(conn)
+
+    monkeypatch.setattr(HTTPConnection, "_new_conn", failing)
+    cluster = KubernetesCluster(api_client(url="http://127.0.0.1:1"))
+    with pytest.raises(raised) as caught:
+        cluster.bind_blocking(PodRef("ns", "a"), "n1", timeout_s=1.0)
+    assert isinstance(caught.value, TimeoutError) == (raised is TimeoutError)

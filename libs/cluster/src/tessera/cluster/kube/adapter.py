@@ -145,7 +145,7 @@ class KubernetesCluster:
         """:meth:`bind` on the calling thread, for a caller that waits for it on a thread of its own:
         no hop to the event loop and the pool and back. Not on the event loop. Raises as :meth:`bind`
         does, and TimeoutError when no answer came in ``timeout_s`` (default: the request timeout;
-        the bind may still land)."""
+        the bind may still land); ClusterError when it never reached the server."""
         try:
             response = self._send_post(
                 *_binding(ref, node, assignment),
@@ -157,7 +157,10 @@ class KubernetesCluster:
             raise translate(exc, binding=True) from None
         except urllib3.exceptions.HTTPError as exc:
             reason = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
-            if isinstance(reason, urllib3.exceptions.TimeoutError):
+            # A refused connection or an unknown name (NewConnectionError, NameResolutionError:
+            # urllib3 makes both ConnectTimeoutErrors) never reached the server: not a timeout.
+            refused = isinstance(reason, urllib3.exceptions.NewConnectionError)
+            if isinstance(reason, urllib3.exceptions.TimeoutError) and not refused:
                 raise TimeoutError(f"bind {ref}: {reason}") from exc
             raise ClusterError(f"bind {ref}: {exc}") from exc
 

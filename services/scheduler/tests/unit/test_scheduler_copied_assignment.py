@@ -91,25 +91,33 @@ async def test_a_pod_of_no_gang_bound_by_hand_with_a_copied_assignment_is_not_ev
     assert cluster.evicted == [], "not evicted as an orphan of ours"
 
 
-async def test_the_rebuild_does_not_adopt_a_member_with_a_copied_assignment() -> None:
+async def adopted_and_held(*pods: Pod) -> tuple[list[str], list[str]]:
+    """What the rebuild makes of ``pods`` (members of the PodGroup ns/pg) on the test's nodes: the pods
+    it adopts as our binds, and those it holds as someone else's."""
     fake = FakeCluster()
     for node in NODES.values():
         fake.add_node(node)
-    fake.add_pod(by_hand("p1", OURS, pod_group="pg"))
-    fake.add_pod(by_hand("p2", dataclasses.replace(OURS, pod_uid="p2-1"), pod_group="pg"))
+    for pod in pods:
+        fake.add_pod(pod)
     side = ClusterSide(fake)
     await side.start(timeout=5)
     try:
         nodes = {name: node_info(node) for name, node in NODES.items()}
         uuids = {name: {gpu.index: gpu.uuid for gpu in node.gpus} for name, node in NODES.items()}
         gangs = {"ns/pg": GangInfo("ns/pg", PODGROUP)}
-
         adopted, held, _ = adopt_cluster_pods(side, nodes, uuids, gangs, set(), {}, "ml")
-
-        assert [a.pod for a in adopted] == ["ns/p2"], "p2's annotation names its own uid: our bind"
-        assert [pod.name for pod in held] == ["p1"], "p1 holds what it uses, as someone else's"
+        return [a.pod for a in adopted], [pod.name for pod in held]
     finally:
         await side.stop()
+
+
+async def test_the_rebuild_does_not_adopt_a_member_with_a_copied_assignment() -> None:
+    adopted, held = await adopted_and_held(
+        by_hand("p1", OURS, pod_group="pg"),
+        by_hand("p2", dataclasses.replace(OURS, pod_uid="p2-1"), pod_group="pg"),
+    )
+    assert adopted == ["ns/p2"], "p2's annotation names its own uid: our bind"
+    assert held == ["p1"], "p1 holds what it uses, as someone else's"
 
 
 async def test_our_bind_names_the_pod_s_uid_in_the_annotation(uow: Any) -> None:

@@ -14,18 +14,12 @@ import dataclasses
 from tessera.cluster.conventions.names import JOB_ID_LABEL
 from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
 from tessera.cluster.domain.requirements import PodGroup
-from tessera.cluster.fake import FakeCluster
 from tessera.cluster.port import EventType, WatchEvent
-from tessera.scheduler.adapters.cluster_side import ClusterSide
-from tessera.scheduler.domain.framework.cluster_view import node_info
 from tessera.scheduler.service_layer.bound_pods import our_bind
-from tessera.scheduler.service_layer.outcomes import GangInfo
-from tessera.scheduler.service_layer.rebuild import adopt_cluster_pods
-from tessera.scheduler.service_layer.repository_port import PODGROUP
 
-from .test_scheduler_copied_assignment import UUIDS, by_hand
+from .test_scheduler_copied_assignment import UUIDS, adopted_and_held, by_hand
 from .test_scheduler_deleted_members import Repo
-from .test_scheduler_own_binds import NODES, Cluster, world
+from .test_scheduler_own_binds import Cluster, world
 
 # what a bind of the earlier version wrote on a pod it placed on gpu-1: no uid
 LEGACY = DeviceAssignment("gpu-1", tuple(GpuShare(uuid, 1000) for uuid in UUIDS))
@@ -69,21 +63,9 @@ async def test_a_pod_of_no_gang_an_earlier_version_bound_is_evicted() -> None:
 
 
 async def test_the_rebuild_adopts_a_member_an_earlier_version_bound() -> None:
-    fake = FakeCluster()
-    for node in NODES.values():
-        fake.add_node(node)
-    fake.add_pod(by_hand("p1", LEGACY, pod_group="pg"))
-    fake.add_pod(by_hand("p2", dataclasses.replace(LEGACY, node="gpu-0"), pod_group="pg"))
-    side = ClusterSide(fake)
-    await side.start(timeout=5)
-    try:
-        nodes = {name: node_info(node) for name, node in NODES.items()}
-        uuids = {name: {gpu.index: gpu.uuid for gpu in node.gpus} for name, node in NODES.items()}
-        gangs = {"ns/pg": GangInfo("ns/pg", PODGROUP)}
-
-        adopted, held, _ = adopt_cluster_pods(side, nodes, uuids, gangs, set(), {}, "ml")
-
-        assert [a.pod for a in adopted] == ["ns/p1"], "bound by the earlier version, never recorded"
-        assert [pod.name for pod in held] == ["p2"], "its annotation names another node: not our bind"
-    finally:
-        await side.stop()
+    adopted, held = await adopted_and_held(
+        by_hand("p1", LEGACY, pod_group="pg"),
+        by_hand("p2", dataclasses.replace(LEGACY, node="gpu-0"), pod_group="pg"),
+    )
+    assert adopted == ["ns/p1"], "bound by the earlier version, never recorded"
+    assert held == ["p2"], "its annotation names another node: not our bind"

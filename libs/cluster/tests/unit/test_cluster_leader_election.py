@@ -371,3 +371,24 @@ async def test_work_stops_when_renewing_fails_unexpectedly() -> None:
         await asyncio.wait_for(a.task, 5)
     assert timeline == [("a", "start"), ("a", "stop")]
     assert not a.elector.leading
+
+
+class SlowToRelease(MemoryLeaseView):
+    """The release's write takes longer than a retry period (a loaded API server) but lands well
+    inside the renew deadline."""
+
+    async def update(self, record: LeaseRecord) -> LeaseRecord:
+        if record.holder is None:
+            await asyncio.sleep(2.5 * FAST.retry_period_s)
+        return await super().update(record)
+
+
+async def test_a_release_answered_after_a_retry_period_still_lands() -> None:
+    lease, timeline = MemoryLease(), []  # type: list[tuple[str, str]]
+    a = Candidate(lease, "a", timeline)
+    a.elector = LeaderElector(SlowToRelease(lease, a.down), "a", FAST, name="a")
+    a.start()
+    await until(lambda: a.elector.leading)
+    await a.stopped()
+    assert lease.record is not None and lease.record.holder is None, "a released the lease"
+    assert leading(timeline) == ["a", ""]

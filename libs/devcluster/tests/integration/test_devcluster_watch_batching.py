@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
+import socket
+import time
+from urllib.parse import urlsplit
 
 import pytest
 from kubernetes import client, watch
 
+from tessera.devcluster.apiserver import ApiServer
 from tessera.devcluster.apiserver.routes import WATCH_BATCH
 
 pytestmark = pytest.mark.integration
@@ -58,3 +63,17 @@ def test_queued_events_share_chunks_rather_than_one_chunk_each(core: client.Core
     assert [e["object"]["metadata"]["name"] for e in lines] == [f"p{i:03d}" for i in range(BACKLOG)]
     assert all(chunk.endswith(b"\n") for chunk in chunks)  # an event never straddles two chunks
     assert len(chunks) < BACKLOG / 10
+
+
+def test_a_watcher_that_hangs_up_ends_its_watch_without_a_server_error(
+    apiserver: ApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    host, port = urlsplit(apiserver.url).hostname, urlsplit(apiserver.url).port
+    assert host is not None and port is not None
+    with socket.create_connection((host, port)) as raw:
+        raw.sendall(b"GET /api/v1/namespaces/default/pods?watch=true HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+    caplog.set_level(logging.ERROR, logger="aiohttp.server")
+    time.sleep(2.5)  # the watch notices the closed transport at its next idle tick (1 s)
+
+    assert [r.getMessage() for r in caplog.records if r.name == "aiohttp.server"] == []

@@ -292,7 +292,9 @@ class LeaderElector:
 
     async def release(self) -> None:
         """Give the lease up if this candidate holds it: an empty holder lets a follower take it at
-        its next retry."""
+        its next retry. The write has the renew deadline to land, as client-go's release: the work
+        has already stopped, so a slow answer costs only shutdown time, while giving up early leaves
+        the followers waiting a whole lease duration."""
         if not self._holds() or self._observed is None:
             return
         now = self._now()
@@ -301,7 +303,7 @@ class LeaderElector:
         )
         try:
             self._observe(
-                await asyncio.wait_for(self.lock.update(released), timeout=self.config.retry_period_s)
+                await asyncio.wait_for(self.lock.update(released), timeout=self.config.renew_deadline_s)
             )
             log.info("released the lease", extra={"lease": self.name, "identity": self.identity})
         except (TimeoutError, ClusterError, OSError) as error:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections import OrderedDict
@@ -347,7 +348,8 @@ class ResourceRouter:
             raise
         finally:
             watch.close()
-        await response.write_eof()
+        with contextlib.suppress(ConnectionError):  # the client left first: nothing to end
+            await response.write_eof()
         return response
 
 

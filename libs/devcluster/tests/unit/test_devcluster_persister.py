@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from tessera.cluster.cluster_file import NodeSpec
+from tessera.cluster.domain.gpu import MigInstance
 from tessera.devcluster import persistence
 from tessera.devcluster.apiserver.errors import ApiError
 from tessera.devcluster.apiserver.patching import MERGE_PATCH
 from tessera.devcluster.apiserver.resources import PODS, ResourceRegistry
 from tessera.devcluster.apiserver.store import ObjectStore
-from tessera.devcluster.sim.context import SimContext, SimSettings
+from tessera.devcluster.sim.context import PodDevices, SimContext, SimSettings
+from tessera.devcluster.sim.devices import Holding
+from tessera.devcluster.sim.state import SimNode
 
 
 def pod(name: str) -> dict[str, object]:
@@ -125,3 +130,47 @@ def test_a_record_of_reserved_revisions_that_cannot_be_read_is_refused_by_name(t
 
     with pytest.raises(persistence.SnapshotError, match=r"state.json.reserved: reserved: expected"):
         persistence.read_reserved(path)
+
+
+def test_nodes_and_devices_changed_in_place_are_encoded_again_and_the_rest_reused() -> None:
+    store = ObjectStore()
+    specs = [NodeSpec(f"n{i}", 64_000, 262_144, "A100-80GB", 2, 81920, {}) for i in range(3)]
+    ctx = SimContext(store, SimSettings(), {s.name: SimNode.from_spec(s, i) for i, s in enumerate(specs)})
+    gpu = ctx.nodes["n0"].gpus[0].uuid
+    ctx.devices["default/a"] = PodDevices("n0", "u-a", [Holding(gpu, 500)], "", cpu_milli=100)
+    ctx.devices["default/b"] = PodDevices("n1", "u-b", [Holding(gpu, 1000)], "")
+    encoder = persistence.SnapshotEncoder()
+
+    def expected() -> bytes:
+        return json.dumps(persistence.take(store, ctx), separators=(",", ":")).encode()
+
+    assert encoder.encode(store, ctx) == expected()
+    unchanged = encoder.encode(store, ctx)
+
+    changes = [
+        lambda: ctx.nodes["n0"].gpus[1].xids.append(79),
+        lambda: setattr(ctx.nodes["n1"].gpus[0], "mig_instances", (MigInstance("1g.10gb", 0, "MIG-x"),)),
+        lambda: setattr(ctx.nodes["n1"].gpus[0], "mig_enabled", True),
+        lambda: setattr(ctx.nodes["n2"].gpus[0], "overheating", True),
+        lambda: setattr(ctx.nodes["n2"].gpus[1], "lost", True),
+        lambda: setattr(ctx.nodes["n2"], "replicas", 4),
+        lambda: setattr(ctx.nodes["n0"], "applied_mig_config", "all-1g.10gb"),
+        lambda: setattr(ctx.nodes["n0"], "attempted_mig_config", "all-2g.20gb"),
+        lambda: setattr(ctx.nodes["n1"], "lost", True),
+        lambda: setattr(ctx.devices["default/a"], "running", True),
+        lambda: setattr(ctx.devices["default/b"], "holdings", [Holding(gpu, 0, "1g.10gb", 0)]),
+        lambda: setattr(ctx.devices["default/b"], "memory_mib", 512),
+        lambda: ctx.devices.pop("default/a"),
+        lambda: ctx.nodes.pop("n2"),
+    ]
+    for i, change in enumerate(changes):
+        before = expected()
+        change()
+        assert expected() != before, f"change {i} shows in the snapshot"
+        assert encoder.encode(store, ctx) == expected(), f"change {i}"
+    assert unchanged != encoder.encode(store, ctx)
+
+
+def test_the_devices_key_covers_every_field_a_snapshot_writes() -> None:
+    held = PodDevices("n0", "u", [Holding("GPU-1", 500)], "p", True, 1, 2)
+    assert len(persistence._devices_key(held)) == len(dataclasses.fields(PodDevices))

@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -73,16 +74,20 @@ def _dumps(value: Any) -> bytes:
 class SnapshotEncoder:
     """Encodes snapshots, each stored object once: the store replaces an object on every write and
     never changes one, so an object still held since the last snapshot has the same JSON, and only
-    the objects written since are encoded again. The file is the same as ``_dumps(take(...))``."""
+    the objects written since are encoded again. Nodes and pods' devices are changed in place, so
+    each is encoded again only when its key (every field it writes) differs from the last one's.
+    The file is the same as ``_dumps(take(...))``."""
 
     def __init__(self) -> None:
         self._encoded: dict[int, tuple[dict[str, Any], bytes]] = {}
+        self._nodes: dict[str, tuple[tuple[Any, ...], bytes]] = {}
+        self._devices: dict[str, tuple[tuple[Any, ...], bytes]] = {}
 
     def encode(self, store: ObjectStore, ctx: SimContext) -> bytes:
         revision, objects = store.contents()
         with ctx.lock:
-            nodes = {name: _node_state(node) for name, node in ctx.nodes.items()}
-            devices = {key: asdict(held) for key, held in ctx.devices.items()}
+            self._nodes, nodes = _members(self._nodes, ctx.nodes, _node_key, _node_state)
+            self._devices, devices = _members(self._devices, ctx.devices, _devices_key, asdict)
         encoded: dict[int, tuple[dict[str, Any], bytes]] = {}
         parts = []
         for resource, obj in objects:
@@ -97,13 +102,50 @@ class SnapshotEncoder:
             (
                 b'{"format":%d,"revision":%d,"objects":[' % (FORMAT, revision),
                 b",".join(parts),
-                b'],"nodes":',
-                _dumps(nodes),
-                b',"devices":',
-                _dumps(devices),
-                b"}",
+                b'],"nodes":{',
+                b",".join(nodes),
+                b'},"devices":{',
+                b",".join(devices),
+                b"}}",
             )
         )
+
+
+def _members(
+    cached: dict[str, tuple[tuple[Any, ...], bytes]],
+    members: Mapping[str, Any],
+    key: Callable[[Any], tuple[Any, ...]],
+    state: Callable[[Any], dict[str, Any]],
+) -> tuple[dict[str, tuple[tuple[Any, ...], bytes]], list[bytes]]:
+    """Each member as ``"name":{...}``, encoded again only if its key changed since ``cached``; the
+    new cache (members gone since are dropped) and the parts in the mapping's order."""
+    fresh: dict[str, tuple[tuple[Any, ...], bytes]] = {}
+    parts = []
+    for name, member in members.items():
+        wanted = key(member)
+        held = cached.get(name)
+        if held is None or held[0] != wanted:
+            held = (wanted, _dumps(name) + b":" + _dumps(state(member)))
+        fresh[name] = held
+        parts.append(held[1])
+    return fresh, parts
+
+
+def _node_key(node: SimNode) -> tuple[Any, ...]:
+    gpus = tuple((g.mig_enabled, g.mig_instances, tuple(g.xids), g.overheating, g.lost) for g in node.gpus)
+    return (node.applied_mig_config, node.attempted_mig_config, node.lost, node.replicas, gpus)
+
+
+def _devices_key(held: PodDevices) -> tuple[Any, ...]:
+    return (
+        held.node,
+        held.uid,
+        tuple(held.holdings),
+        held.profile,
+        held.running,
+        held.cpu_milli,
+        held.memory_mib,
+    )
 
 
 def write(path: Path, snapshot: dict[str, Any] | bytes) -> None:

@@ -58,6 +58,30 @@ async def test_bind_and_evict_post_without_the_generated_methods(monkeypatch: py
             server.store.get(PODS, "ns", "b")
 
 
+async def test_a_bind_body_goes_as_it_is_without_the_clients_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    walked: list[Any] = []
+    sanitize = k8s.ApiClient.sanitize_for_serialization
+
+    def recording(self: k8s.ApiClient, obj: Any) -> Any:
+        walked.append(obj)
+        return sanitize(self, obj)
+
+    monkeypatch.setattr(k8s.ApiClient, "sanitize_for_serialization", recording)
+    async with ApiServer() as server:
+        server.store.create(NODES, None, {"metadata": {"name": "n1"}})
+        server.store.create(PODS, "ns", {"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}})
+        cluster = KubernetesCluster(api_client(url=server.url))
+        try:
+            await cluster.bind(PodRef("ns", "a"), "n1", DeviceAssignment("n1", (GpuShare("GPU-1", 250),)))
+        finally:
+            await cluster.close()
+        bound = server.store.get(PODS, "ns", "a")
+
+    assert bound["spec"]["nodeName"] == "n1"
+    assert "GPU-1" in bound["metadata"]["annotations"]["tessera.io/gpu-assignment"]
+    assert not [obj for obj in walked if isinstance(obj, dict) and obj.get("kind") == "Binding"]
+
+
 async def test_a_blocking_bind_needs_no_event_loop_and_raises_as_bind_does() -> None:
     async with ApiServer() as server:
         server.store.create(NODES, None, {"metadata": {"name": "n1"}})

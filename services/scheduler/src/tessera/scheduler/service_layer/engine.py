@@ -353,7 +353,7 @@ class SchedulingEngine:
                 self._publish(uow, GangFinished(job_id=info.job_id, succeeded=succeeded, pods=pods))
             del state.gangs[gang]
             state.specs.pop(gang, None)
-            log.info("gang finished", extra={"job_id": info.job_id, "succeeded": succeeded})
+            log.debug("gang finished", extra={"job_id": info.job_id, "succeeded": succeeded})  # in its event
 
     async def _report_running(self, uow: UnitOfWork) -> None:
         """A job whose every placed pod runs is reported running to admission, once. After a restart

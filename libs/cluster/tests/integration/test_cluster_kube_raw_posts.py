@@ -206,3 +206,37 @@ def test_a_blocking_bind_is_a_timeout_only_when_one_ran_out(
     with pytest.raises(raised) as caught:
         cluster.bind_blocking(PodRef("ns", "a"), "n1", timeout_s=1.0)
     assert isinstance(caught.value, TimeoutError) == (raised is TimeoutError)
+
+
+async def test_calls_that_reach_no_server_raise_cluster_errors_not_urllib3s() -> None:
+    """The port promises ClusterError (or TimeoutError) when the API server does not answer; the
+    scheduler's evictions and preemptions catch those, and a raw urllib3 error went past them."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    cluster = KubernetesCluster(api_client(url=f"http://127.0.0.1:{port}"))
+    try:
+        for call in (
+            cluster.evict(PodRef("ns", "a"), grace_period_seconds=0),
+            cluster.bind(PodRef("ns", "a"), "n1"),
+            cluster.get_pod(PodRef("ns", "a")),
+        ):
+            with pytest.raises(ClusterError) as raised:
+                await call
+            assert not isinstance(raised.value, TimeoutError)
+    finally:
+        await cluster.close()
+
+
+async def test_an_eviction_without_an_answer_in_time_is_a_timeout() -> None:
+    with socket.socket() as silent:  # accepts the connection and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        cluster = KubernetesCluster(
+            api_client(url=f"http://127.0.0.1:{silent.getsockname()[1]}"), request_timeout=0.3
+        )
+        try:
+            with pytest.raises(TimeoutError):
+                await cluster.evict(PodRef("ns", "a"))
+        finally:
+            await cluster.close()

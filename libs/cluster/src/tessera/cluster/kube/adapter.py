@@ -156,13 +156,7 @@ class KubernetesCluster:
         except ApiException as exc:
             raise translate(exc, binding=True) from None
         except urllib3.exceptions.HTTPError as exc:
-            reason = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
-            # A refused connection or an unknown name (NewConnectionError, NameResolutionError:
-            # urllib3 makes both ConnectTimeoutErrors) never reached the server: not a timeout.
-            refused = isinstance(reason, urllib3.exceptions.NewConnectionError)
-            if isinstance(reason, urllib3.exceptions.TimeoutError) and not refused:
-                raise TimeoutError(f"bind {ref}: {reason}") from exc
-            raise ClusterError(f"bind {ref}: {exc}") from exc
+            raise _unanswered(f"bind {ref}", exc) from exc
 
     async def evict(self, ref: PodRef, grace_period_seconds: int | None = None) -> None:
         body: dict[str, Any] = {
@@ -340,11 +334,24 @@ class KubernetesCluster:
             response = await asyncio.get_running_loop().run_in_executor(self._executor, call)
         except ApiException as exc:
             raise translate(exc, binding=binding) from None
+        except urllib3.exceptions.HTTPError as exc:  # no answer: raised as the port says, not raw
+            raise _unanswered(getattr(method, "__name__", "request"), exc) from exc
         data = response.data if hasattr(response, "data") else response
         if not data:
             return {}
         parsed = json.loads(data)
         return parsed if isinstance(parsed, dict) else {}
+
+
+def _unanswered(what: str, exc: urllib3.exceptions.HTTPError) -> Exception:
+    """A request the server did not answer: TimeoutError when a timeout ran out (it may have
+    landed), else ClusterError. A refused connection or an unknown name (NewConnectionError,
+    NameResolutionError: urllib3 makes both ConnectTimeoutErrors) never reached the server."""
+    reason = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
+    refused = isinstance(reason, urllib3.exceptions.NewConnectionError)
+    if isinstance(reason, urllib3.exceptions.TimeoutError) and not refused:
+        return TimeoutError(f"{what}: {reason}")
+    return ClusterError(f"{what}: {exc}")
 
 
 def _binding(ref: PodRef, node: str, assignment: DeviceAssignment | None) -> tuple[str, dict[str, Any]]:

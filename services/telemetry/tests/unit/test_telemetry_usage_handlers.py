@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
 from tessera.contracts.events import (
     GangFinished,
     GangPlaced,
@@ -25,6 +28,7 @@ from tessera.telemetry.domain.rightsizing import FindingKind, Recommendation, Ri
 from tessera.telemetry.domain.usage import Accountant
 from tessera.telemetry.domain.usage_report import GroupBy, UsageTotal, totals
 from tessera.telemetry.domain.usage_rows import UsageRow
+from tessera.telemetry.entrypoints.metrics import usage_metrics
 from tessera.telemetry.service_layer.unit_of_work import TelemetryUnitOfWork
 from tessera.telemetry.service_layer.usage import (
     UsageLedger,
@@ -381,3 +385,61 @@ def test_a_placement_from_before_namespaces_matches_its_pod_by_name_in_any_names
     directory.place([PlacedPod("trainer", "k", "n0", {"GPU-0": 700}, "team-b")])  # named: it wins there
     assert directory.placed_milli("team-b", "trainer", "GPU-0") == 700
     assert directory.placed_milli("team-a", "trainer", "GPU-0") == 300
+
+
+def count_a_llama(ledger: UsageLedger, start: datetime, n: int) -> None:
+    """`n` readings of team-a's `llama-0` on GPU-a, half busy."""
+    for i in range(n):
+        at = start + timedelta(seconds=10 * i)
+        reading = Reading("n0", 0, "GPU-a", at, 50.0, 1000, 100, 40, "A100-80GB", 81920)
+        holders = [Holder("team-a", "llama-0", "main", "GPU-a", 1000)]
+        ledger.count(reading, split_reading(50.0, 1000, holders), None)
+
+
+@pytest.mark.parametrize(
+    "released",
+    [
+        GangFinished(job_id="ja", succeeded=True, pods={"llama-0": "Succeeded"}),
+        PodsEvicted(job_id="ja", pods=["team-a/llama-0"], reason="node_lost"),
+    ],
+    ids=["gang_finished", "pods_evicted"],
+)
+async def test_readings_of_a_pod_after_its_job_ended_are_billed_to_unknown_counted_and_stored(
+    released: GangFinished | PodsEvicted,
+) -> None:
+    """The pod is gone as far as telemetry knows (its gang finished, or it was evicted), yet a node
+    still reports it: its next hour's readings go to job, queue and tenant `unknown`, are counted in
+    the stats and the metric, and are stored, not dropped."""
+    uow, ledger = FakeUsageUnitOfWork(), a_ledger()
+    announced = JobAccepted(job_id="ja", name="llama", tenant="team-a", queue="team-a-q")
+    await handle(on_job_announced(ledger), uow, announced)
+    await handle(on_gang_placed(ledger), uow, llama("ja", "team-a", "GPU-a"))
+    count_a_llama(ledger, T0, 6)
+    assert ledger.accountant.stats.unknown_pod_shares == 0
+    await handle(on_pods_released(ledger), uow, released)
+    assert ledger.directory.job_of("team-a", "llama-0") is None
+    hour = T0.replace(minute=0)
+    count_a_llama(ledger, hour + timedelta(hours=1), 6)
+
+    by_hour = {r.key.window_start: r for r in ledger.accountant.rows.values()}
+    before, after = by_hour[hour], by_hour[hour + timedelta(hours=1)]
+    assert (before.job_id, before.queue, before.tenant) == ("ja", "team-a-q", "team-a")
+    assert (after.job_id, after.queue, after.tenant) == ("unknown", "unknown", "unknown")
+    assert after.samples == 6 and after.allocated_gpu_s > 0
+    assert ledger.accountant.stats.unknown_pod_shares == 6
+
+    registry = CollectorRegistry()
+    usage_metrics(registry).record(ledger.accountant.take_sums(), "USD", ledger.accountant.stats, 0)
+    exposed = generate_latest(registry).decode()
+    assert "tessera_usage_unknown_pod_shares 6.0" in exposed
+    unknown_hours = [
+        float(line.rsplit(" ", 1)[1])
+        for line in exposed.splitlines()
+        if line.startswith("tessera_gpu_allocated_hours_total{")
+        and 'queue="unknown",tenant="unknown"' in line
+    ]
+    assert unknown_hours and unknown_hours[0] > 0
+
+    await flush_usage(lambda: uow, ledger, hour + timedelta(hours=1, minutes=1))
+    stored = {(k.window_start, r.job_id) for k, r in uow.usage_store.rows.items()}
+    assert (hour + timedelta(hours=1), "unknown") in stored

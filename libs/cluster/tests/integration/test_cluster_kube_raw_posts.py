@@ -240,3 +240,43 @@ async def test_an_eviction_without_an_answer_in_time_is_a_timeout() -> None:
                 await cluster.evict(PodRef("ns", "a"))
         finally:
             await cluster.close()
+
+
+async def test_a_body_that_stalls_is_a_timeout_read_off_the_event_loop() -> None:
+    """The headers come, then 5 of 100 bytes of body and nothing more: the read runs out on the
+    pool, not on the event loop, and raises TimeoutError as the port says, not urllib3's error."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        held: list[socket.socket] = []
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            held.append(conn)
+            conn.recv(65536)
+            conn.sendall(
+                b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"a":'
+            )
+
+        threading.Thread(target=serve, daemon=True).start()
+        cluster = KubernetesCluster(
+            api_client(url=f"http://127.0.0.1:{listener.getsockname()[1]}"), request_timeout=0.5
+        )
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        try:
+            with pytest.raises(TimeoutError):
+                await cluster.get_pod(PodRef("ns", "a"))
+        finally:
+            ticker.cancel()
+            await cluster.close()
+            for conn in held:
+                conn.close()
+    assert ticks >= 3, "the event loop ran while the body was awaited"

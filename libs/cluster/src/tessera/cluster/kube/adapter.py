@@ -10,7 +10,6 @@ Binding with (kubernetes-client/python#825).
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -326,17 +325,19 @@ class KubernetesCluster:
     async def _call(
         self, method: Callable[..., Any], *args: Any, binding: bool = False, **kwargs: Any
     ) -> dict[str, Any]:
-        """Run one client call on the pool, asking for the raw response, and parse its JSON body."""
-        call = functools.partial(
-            method, *args, _preload_content=False, _request_timeout=self._request_timeout, **kwargs
-        )
+        """Run one client call on the pool, asking for the raw response, read its body there too
+        (a body that stalls must not block the event loop), and parse its JSON."""
+
+        def call() -> Any:
+            response = method(*args, _preload_content=False, _request_timeout=self._request_timeout, **kwargs)
+            return response.data if hasattr(response, "data") else response
+
         try:
-            response = await asyncio.get_running_loop().run_in_executor(self._executor, call)
+            data = await asyncio.get_running_loop().run_in_executor(self._executor, call)
         except ApiException as exc:
             raise translate(exc, binding=binding) from None
         except urllib3.exceptions.HTTPError as exc:  # no answer: raised as the port says, not raw
             raise _unanswered(getattr(method, "__name__", "request"), exc) from exc
-        data = response.data if hasattr(response, "data") else response
         if not data:
             return {}
         parsed = json.loads(data)
@@ -346,7 +347,8 @@ class KubernetesCluster:
 def _unanswered(what: str, exc: urllib3.exceptions.HTTPError) -> Exception:
     """A request the server did not answer: TimeoutError when a timeout ran out (it may have
     landed), else ClusterError. A refused connection or an unknown name (NewConnectionError,
-    NameResolutionError: urllib3 makes both ConnectTimeoutErrors) never reached the server."""
+    NameResolutionError: urllib3 makes both ConnectTimeoutErrors) never reached the server; a
+    connection dropped mid-request (ProtocolError) may have."""
     reason = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
     refused = isinstance(reason, urllib3.exceptions.NewConnectionError)
     if isinstance(reason, urllib3.exceptions.TimeoutError) and not refused:

@@ -102,7 +102,7 @@ async def _evict(
                 await cluster.cluster.evict(PodRef.parse(key), grace_period_seconds=request.grace_period_s)
             except NotFound:
                 continue
-            except ClusterError as error:
+            except (ClusterError, OSError) as error:  # OSError: TimeoutError, no answer in time
                 log.warning("eviction of a victim failed", extra={"pod": key, "error": str(error)})
     await repo.release_job(gang)
     await repo.remove_pending(gang)

@@ -77,7 +77,11 @@ async def two_processes(
         producer_cpu_s = time.process_time() - cpu_started
     finally:
         if child.returncode is None:
-            await asyncio.wait_for(child.wait(), timeout=30)
+            try:
+                await asyncio.wait_for(child.wait(), timeout=30)
+            except TimeoutError:  # it never got its events (the producing side failed): end it
+                child.kill()
+                await child.wait()
         await rig.close()
     latencies: list[float] = report["latencies_ms"]
     return {

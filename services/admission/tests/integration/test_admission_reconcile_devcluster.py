@@ -111,13 +111,21 @@ async def test_reconciliation_moves_jobs_to_what_their_pods_show(
             )
             assert response.status_code == 201, response.text
 
-        async def pods_pending() -> bool:
-            return all([await phases(core, j) == ["Pending", "Pending"] for j in ("long", "short")])
+        async def pods_pending(api: Api = api) -> bool:
+            return all(
+                [
+                    await phases(core, j) == ["Pending", "Pending"] and await applied(api, j) == "running"
+                    for j in ("long", "short", "gone")
+                ]
+            )
 
+        # Admission's round has recorded each job's Jobs unsuspended: "gone"'s deleted before then
+        # would be made again by that round itself, or left to it while it is under way, and no
+        # reconciliation would have them to make again.
         await eventually(pods_pending, what="admitted, unsuspended, pods made and waiting for a node")
         assert await right_away.run_pass() == [], "pending pods prove nothing"
 
-        # The Jobs of "gone" are deleted behind admission's back before anything runs.
+        # The Jobs of "gone" are deleted behind admission's back, once unsuspended, before anything runs.
         for name in await kube_jobs(batch, "gone"):
             await asyncio.to_thread(
                 batch.delete_namespaced_job, name, "default", propagation_policy="Background"
@@ -173,3 +181,54 @@ async def test_reconciliation_moves_jobs_to_what_their_pods_show(
             )
             assert sample == count, repair
         assert await api.scalar("SELECT count(*) FROM admission.placements WHERE job_id = 'short'") == 0
+
+
+async def test_jobs_deleted_while_the_job_queued_are_made_again_when_it_is_admitted(
+    admission_db: tuple[str, str], cluster: tuple[DevCluster, Path]
+) -> None:
+    """Admission makes a queued job's Jobs suspended; deleted then, they are made again by the round
+    that unsuspends them once the job is admitted (reconciliation makes again only the Jobs of a job
+    that ran), so the job runs rather than holding its quota with nothing on the cluster."""
+    _, kubeconfig = cluster
+    kube_api = api_client(kubeconfig=str(kubeconfig))
+    core, batch = k8s.CoreV1Api(kube_api), k8s.BatchV1Api(kube_api)
+    async for api in start_api(*admission_db, auth="disabled", kubeconfig=kubeconfig):
+        room_for_one = [{"name": "team-a", "quotas": [{"flavor": "a100-80gb", "resources": {"gpu": 2}}]}]
+        response = await api.client.put("/v1/config", json={**CONFIG, "queues": room_for_one})
+        assert response.status_code == 200
+        for job_id in ("first", "queued"):
+            response = await api.client.post(
+                "/v1/jobs", json=job(job_id, 3600), headers={"Idempotency-Key": job_id}
+            )
+            assert response.status_code == 201, response.text
+
+        async def made_suspended(api: Api = api) -> bool:
+            return await applied(api, "queued") == "suspended" and await kube_jobs(batch, "queued") != []
+
+        await eventually(made_suspended, what="the queued job's Jobs made, suspended")
+        assert await state_of(api, "queued") == "queued"
+        for name in await kube_jobs(batch, "queued"):
+            await asyncio.to_thread(
+                batch.delete_namespaced_job, name, "default", propagation_policy="Background"
+            )
+
+        async def deleted() -> bool:
+            return await kube_jobs(batch, "queued") == []
+
+        await eventually(deleted, what="the queued job's Jobs deleted")
+        assert (await api.client.put("/v1/config", json=CONFIG)).status_code == 200  # room for both
+
+        async def runs(api: Api = api) -> bool:
+            return (
+                await state_of(api, "queued"),
+                await phases(core, "queued"),
+                await applied(api, "queued"),
+            ) == ("admitted", ["Pending", "Pending"], "running")
+
+        await eventually(runs, what="admitted, its Jobs made again, unsuspended and recorded so")
+
+
+async def applied(api: Api, job_id: str) -> str:
+    """What admission recorded it made sure of for the job's objects ('' when nothing yet)."""
+    query = "SELECT coalesce((SELECT applied FROM admission.workloads WHERE job_id = :job_id), '')"
+    return str(await api.scalar(query, job_id=job_id))

@@ -10,6 +10,7 @@ it made if the one that made it died first (`_told_always`).
 A change the cluster refuses (`WorkloadError`) is tried again in later rounds, after the other due
 jobs: the due jobs come oldest change first and a refused one records nothing, so without that the
 same hundred refused jobs (a namespace that does not exist, a forbidden one) would take every round.
+Admission's own Jobs found gone when a round comes to (un)suspend them are made again by that round.
 """
 
 from __future__ import annotations
@@ -67,15 +68,25 @@ async def apply(
     if jobsets:
         return await _apply_jobset(item, cluster, where, jobsets[0], flavors or {})
     jobs = [name for kind, name in objects if kind == "Job"]
-    placements = {
-        name: placement_of(flavor, flavors or {}) for name, flavor in zip(jobs, item.flavors, strict=False)
-    }
+    placements = _placements(item, jobs, flavors)
     try:
         changed = await cluster.set_suspended(where, jobs, item.want is Applied.SUSPENDED, placements)
     except WorkloadGone as gone:
         if item.owner is Owner.USER:  # its owner deleted it: nothing left to hold or release
             return Outcome(where, objects, Applied.DELETED, str(gone))
-        raise
+        if item.spec is None:
+            raise
+        # Admission made them (suspended, say while the job queued) and they were deleted behind its
+        # back since: they are made again, suspended, as a first round makes them. Left refused, every
+        # later round would find them gone, and reconciliation does not make again objects that were
+        # never unsuspended: the job would hold its quota and never run.
+        log.warning("job objects made again: %s", gone, extra={"job_id": item.job_id})
+        made = job_objects(item.job_id, item.spec, where)
+        await cluster.create(made)
+        objects = tuple((ref.kind, ref.name) for ref in made.refs)
+        jobs = [name for kind, name in objects if kind == "Job"]
+        placements = _placements(item, jobs, flavors)
+        changed = await cluster.set_suspended(where, jobs, item.want is Applied.SUSPENDED, placements)
     verb = "suspended" if item.want is Applied.SUSPENDED else "unsuspended"
     for name in [n for n in jobs if n in changed or _told_always(item)]:
         # Say why on the Job, where `kubectl describe job` shows it.
@@ -91,6 +102,15 @@ async def apply(
                 where, name, "Normal", "Preempted", message, name=item.event_name(name, "Preempted")
             )
     return Outcome(where, objects, item.want, f"{verb} {', '.join(changed)}" if changed else "")
+
+
+def _placements(
+    item: WorkloadDue, jobs: list[str], flavors: Mapping[str, FlavorSpec] | None
+) -> dict[str, FlavorPlacement]:
+    """Each Job's nodes: those of its pod group's flavor (the Jobs and flavors in pod group order)."""
+    return {
+        name: placement_of(flavor, flavors or {}) for name, flavor in zip(jobs, item.flavors, strict=False)
+    }
 
 
 def _told_always(item: WorkloadDue) -> bool:

@@ -31,7 +31,7 @@ from tessera.core.observability.metrics import Metrics
 
 async def consume(nats_url: str, database_url: str, messages: int, replay_safe: bool) -> dict[str, object]:
     register_ping()
-    _, inbox = outbox_and_inbox = add_messaging_tables(MetaData(schema=SERVICE))
+    outbox, inbox = add_messaging_tables(MetaData(schema=SERVICE))
     engine = make_engine(database_url, pool_size=4)
     sessions = make_session_factory(engine)
     nc = await nats.connect(nats_url)
@@ -46,7 +46,7 @@ async def consume(nats_url: str, database_url: str, messages: int, replay_safe: 
             done.set()
 
     def uow() -> UnitOfWork:
-        return UnitOfWork(sessions, outbox_and_inbox[0], inbox, "bench-consumer")
+        return UnitOfWork(sessions, outbox, inbox, "bench-consumer")
 
     consumer = ConsumerRunner(
         nc.jetstream(), ping_consumer(handle, replay_safe), uow, SERVICE, Metrics(), stop

@@ -67,6 +67,7 @@ from tessera.devcluster.data import GENAI_QPS, trace  # noqa: E402
 from tessera.forecaster.service_layer.engine import EngineConfig  # noqa: E402
 
 __all__ = [
+    "ENGINES",
     "HORIZONS",
     "HPA_WINDOW",
     "LAGS",
@@ -87,6 +88,12 @@ __all__ = [
 
 RESULTS = Path(__file__).parent / "results"
 LAGS = (3, 6)
+#: EngineConfig overrides for --engine
+ENGINES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "level-cusum": {"prefer": "level-cusum", "blend": False},
+    "level-cusum-blend": {"prefer": "level-cusum", "blend": True},
+}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -121,6 +128,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="skip the replay of the forecaster before the level model (the slow part of a run)",
     )
+    parser.add_argument(
+        "--engine",
+        choices=tuple(ENGINES),
+        default="default",
+        help="the forecaster replayed as tessera: as the service is configured by default, or with the "
+        "CUSUM-reset level served (level-cusum) and blended with the last value (level-cusum-blend, "
+        "ADR 0030)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     parser.add_argument("--plot", type=Path, default=None, help="write a PNG of the L6 run here")
     return parser.parse_args(argv)
@@ -134,16 +149,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     warmup = args.warmup if args.warmup is not None else round(7200 / args.step)
     if len(y) <= warmup + 20:
         raise SystemExit(f"{len(y)} steps: too short for a warm-up of {warmup}")
-    config = EngineConfig(horizon=max(12, max(HORIZONS)), window_steps=max(LAGS))
+    config = EngineConfig(horizon=max(12, max(HORIZONS)), window_steps=max(LAGS), **ENGINES[args.engine])
     # the forecaster as it was before the level model (ADR 0025: the combination, the margin learnt
     # only from judged forecasts), same run
-    before = dataclasses.replace(config, prefer=None, calibrate=False)
+    before = dataclasses.replace(config, prefer=None, calibrate=False, blend=False)
     before_forecasts = None if args.no_before else run_forecaster(y, warmup, before)[0]
     started = time.perf_counter()
     forecasts, used, fits, seeds = run_forecaster(y, warmup, config)
     run_s = time.perf_counter() - started
     result: dict[str, Any] = {
         "series": str(path.name),
+        "engine": args.engine,
         "steps": len(y),
         "filled_steps": filled,
         "warmup_steps": warmup,

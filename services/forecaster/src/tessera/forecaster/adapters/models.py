@@ -1,6 +1,6 @@
 """The candidate models, on darts (its core distribution: no torch): seasonal naive, exponential smoothing
-(AutoETS), Theta, AutoARIMA and a lagged linear regression; with them the level smoothed for the lead
-(`domain.level`, plain Python). Each implements the domain's `Candidate`."""
+(AutoETS), Theta, AutoARIMA and a lagged linear regression; with them the level smoothed for the lead,
+with and without CUSUM resets (`domain.level`, `domain.level_cusum`, plain Python). Each implements the domain's `Candidate`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tessera.forecaster.domain.level import LevelSmoothing
+from tessera.forecaster.domain.level_cusum import LevelCusum
 from tessera.forecaster.domain.selection import Candidate, Fitted
 
 
@@ -181,8 +182,9 @@ class LaggedRegression:
 
 def default_candidates(season_steps: int | None = None, lead: int = 6) -> list[Candidate]:
     """The candidates every series is backtested with; a seasonal naive joins once a season is known.
-    `lead` is the window the forecast is acted on over (the level model is fit for it)."""
+    `lead` is the window the forecast is acted on over (the level models are fit for it)."""
     candidates: list[Candidate] = [
+        LevelCusum(lead),
         LevelSmoothing(lead),
         SeasonalNaive(1),
         ThetaModel(),

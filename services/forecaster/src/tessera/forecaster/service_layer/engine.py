@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from tessera.forecaster.domain.blend import WeightChooser, blend
 from tessera.forecaster.domain.checks import Degraded, InputPolicy, prepare
 from tessera.forecaster.domain.forecast import Forecast
 from tessera.forecaster.domain.margin import MarginLearner
@@ -43,10 +44,15 @@ class EngineConfig:
     the single best one; the backtest still scores each, and chooses among them when it is off"""
     prefer: str | None = "level"
     """the candidate served whenever the backtest could score it (the level smoothed for the lead, ADR
-    0029); the combination or the best one otherwise. None: the backtest alone decides"""
+    0029; "level-cusum": the same reset by a CUSUM, ADR 0030, measured and not served by default); the
+    combination or the best one otherwise. None: the backtest alone decides"""
     calibrate: bool = True
     """seed the margin, while it holds fewer errors than its window, with the served model's
     out-of-sample errors at the window on its training history (where the model gives them)"""
+    blend: bool = False
+    """serve `w * forecast + (1 - w) * last value`, w chosen each step by `WeightChooser` (the pinball
+    loss at `margin_q` of the last `margin_window` judged origins; ADR 0030: measured, off by default);
+    off: the forecast alone"""
     inputs: InputPolicy = field(default_factory=InputPolicy)
 
     @property
@@ -70,6 +76,9 @@ class _Pending:
     origin: datetime
     base: float
     model: str
+    model_base: float = math.nan
+    """the model's own window maximum, before blending with the last value"""
+    last: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -96,13 +105,16 @@ class SeriesForecaster:
     clock: Callable[[], float] = time.perf_counter
     model: _Model | None = None
     learner: MarginLearner = field(init=False)
+    chooser: WeightChooser = field(init=False)
     pending: list[_Pending] = field(default_factory=list)
     fit_seconds: list[float] = field(default_factory=list)
     calibrated: bool = False
+    chooser_seeded: bool = False
 
     def __post_init__(self) -> None:
         c = self.config
         self.learner = MarginLearner(c.margin_q, c.margin_window, c.min_errors)
+        self.chooser = WeightChooser(c.margin_q, c.margin_window, c.min_errors)
 
     def seed_errors(self, errors: Sequence[float]) -> None:
         """Errors kept from before a restart."""
@@ -124,6 +136,7 @@ class SeriesForecaster:
             actual = values[at_end] if 0 <= at_end < len(values) else None
             if actual is not None and math.isfinite(actual):
                 self.learner.observe(p.base, actual)
+                self.chooser.observe(actual - p.model_base, actual - p.last)
                 judged.append((p.origin, p.model, p.base, actual))
         self.pending = keep
         return judged
@@ -136,16 +149,44 @@ class SeriesForecaster:
             return MeanOf(tuple(c for c in candidates if c.name in selection.passed))
         return next(c for c in candidates if c.name == selection.chosen)
 
-    def _calibrate(self, fitted: Fitted) -> tuple[float, ...]:
-        """Seed the margin with the fitted model's own errors at the window, once, while it is short."""
+    def _calibrate(self, fitted: Fitted, history: Sequence[float]) -> tuple[float, ...]:
+        """Seed the margin with the fitted model's own errors at the window, once, while it is short;
+        blended as the first forecast will be when the chooser could be seeded from the same history."""
         calibration = getattr(fitted, "calibration", None)
-        if not self.config.calibrate or self.calibrated or calibration is None:
+        if calibration is None:
             return ()
+        calibration = tuple(calibration)
+        if self.config.blend and not self.chooser_seeded and len(self.chooser.pairs) < self.chooser.window:
+            self._seed_chooser(calibration, history)
+        if not self.config.calibrate or self.calibrated:
+            return ()
+        if self.config.blend:
+            w = self.chooser.weight()
+            w_errors = [blend(m, r, w) for m, r in self._pairs(calibration, history)]
+            calibration = tuple(w_errors) if len(w_errors) == len(calibration) else calibration
         if len(self.learner.errors) >= self.learner.window:
             return ()
         self.calibrated = True
         kept = self.learner.seed(calibration)
         return tuple(calibration[len(calibration) - kept :]) if kept else ()
+
+    def _pairs(self, calibration: Sequence[float], history: Sequence[float]) -> list[tuple[float, float]]:
+        """The calibration's errors (the newest origins of the training history, judged `window_steps`
+        later) paired with the last value's errors at the same origins; none if they cannot be aligned."""
+        values = history[-self.config.train_steps :]
+        w, n = self.config.window_steps, len(calibration)
+        first = len(values) - w - n
+        if n == 0 or first < 0:
+            return []
+        return [(calibration[i], values[first + i + w] - values[first + i]) for i in range(n)]
+
+    def _seed_chooser(self, calibration: Sequence[float], history: Sequence[float]) -> None:
+        """Rebuild the chooser from the history (at the first fit, and after a restart): the judged
+        origins are not persisted, but the model's out-of-sample errors on its training history are known."""
+        pairs = self._pairs(calibration, history)
+        if pairs:
+            self.chooser.seed(pairs)
+            self.chooser_seeded = True
 
     def step(self, values: Sequence[float | None], end: datetime, step_s: float) -> Update:
         """Forecast the steps after `end` (the newest complete step) from `values`, which end there."""
@@ -175,7 +216,7 @@ class SeriesForecaster:
             self.model = _Model(chosen.name, fitted, end)
             if chosen.name != selection.chosen:
                 selection = dataclasses.replace(selection, chosen=chosen.name)
-            seeded = self._calibrate(fitted)
+            seeded = self._calibrate(fitted, history)
             fit_s = self.clock() - started
             self.fit_seconds.append(fit_s)
         assert self.model is not None
@@ -189,16 +230,31 @@ class SeriesForecaster:
             self.model = None
             return Update(None, Degraded.FIT_FAILED, last, selection, fit_s, judged)
         predicted = [max(0.0, v) for v in predicted]  # a load is never negative
+        model_base = max(predicted[: c.window_steps])
+        name = self.model.name
+        if c.blend:
+            weight = self.chooser.weight()
+            predicted = [blend(v, history[-1], weight) for v in predicted]
+            name = served_name(name, weight)
         margin = self.learner.margin() or 0.0
         hour = history[-max(1, round(3600 / step_s)) :]
         forecast = Forecast(
             origin=end,
             step_s=step_s,
             values=tuple(predicted),
-            model=self.model.name,
+            model=name,
             margin=margin,
             level=sum(hour) / len(hour),
             last_value=history[-1],
         )
-        self.pending.append(_Pending(end, max(predicted[: c.window_steps]), self.model.name))
+        self.pending.append(_Pending(end, max(predicted[: c.window_steps]), name, model_base, history[-1]))
         return Update(forecast, None, last, selection, fit_s, judged, seeded)
+
+
+def served_name(model: str, weight: float) -> str:
+    """What is served: the model's name, with the last value's share when it has one."""
+    if weight >= 1.0:
+        return model
+    if weight <= 0.0:
+        return "last-value"
+    return f"{model}*{weight:g}+last-value"

@@ -1,0 +1,127 @@
+"""B4's hindsight bound: how cheap the served forecast could be with a margin known in advance.
+
+    python -m bench.forecast_hindsight --json bench/results/forecast_hindsight.json
+
+The served policy adds one learnt margin to the forecast's window maximum. Here the margin is instead
+chosen in hindsight for each block of `--blocks` steps (the origins of a block share it), from a grid
+of 0 to 6 replicas' worth, so that the run as a whole is short on at most `--pct`% of its steps with the
+fewest over-provisioned replicas. The allocation across blocks is exact (a knapsack on the steps short,
+solved by dynamic programming), so the figure is a true lower bound for any margin that is constant
+within each block, however it is predicted. The forecasts are the service's own, replayed as
+`bench.forecast` replays them, on the same series and simulation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench._forecast_series import HORIZONS, load_series, run_forecaster
+from bench._forecast_sim import Simulation
+from tessera.devcluster.data import GENAI_QPS, trace
+from tessera.forecaster.service_layer.engine import EngineConfig
+
+GRID_REPLICAS = 6.0
+GRID_POINTS = 241
+
+
+def block_table(sim: Simulation, block: int, margins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each block (rows) and margin (columns): the judged steps short and the replicas over that
+    the block's origins decide (a step's replicas come from the origin `lag` steps before it)."""
+    T, lag = len(sim.y), sim.lag
+    t = np.arange(T)
+    judged = (t >= sim.warmup) & (t >= lag)
+    owner = (t - lag) // block
+    blocks = int(owner[judged].max()) + 1 if judged.any() else 0
+    short = np.zeros((blocks, len(margins)), dtype=int)
+    over = np.zeros((blocks, len(margins)))
+    for j, margin in enumerate(margins):
+        r = sim._replicas(sim.base + margin)
+        is_short = (r < sim.need) & judged
+        extra = np.where(judged, np.maximum(r - sim.need, 0), 0.0)
+        short[:, j] = np.bincount(owner[judged], weights=is_short[judged], minlength=blocks)
+        over[:, j] = np.bincount(owner[judged], weights=extra[judged], minlength=blocks)
+    return short, over
+
+
+def cheapest(short: np.ndarray, over: np.ndarray, allowed: int) -> tuple[int, float]:
+    """The fewest replicas over (and the steps short) with one margin per block and at most `allowed`
+    steps short in all: exact, by dynamic programming over the steps short."""
+    best = np.full(allowed + 1, math.inf)  # best[u]: least over with exactly u steps short so far
+    best[0] = 0.0
+    for b in range(short.shape[0]):
+        nxt = np.full(allowed + 1, math.inf)
+        for u_b, o_b in zip(short[b], over[b], strict=True):
+            if u_b > allowed:
+                continue
+            shifted = np.full(allowed + 1, math.inf)
+            shifted[u_b:] = best[: allowed + 1 - u_b] + o_b
+            np.minimum(nxt, shifted, out=nxt)
+        best = nxt
+    u = int(np.argmin(best))
+    return u, float(best[u])
+
+
+def hindsight_cost(sim: Simulation, block: int, pct: float) -> dict[str, float] | None:
+    """Mean replicas over and % of steps short at the bound; None when no margin reaches `pct`."""
+    judged = int(np.sum((np.arange(len(sim.y)) >= sim.warmup) & (np.arange(len(sim.y)) >= sim.lag)))
+    margins = np.linspace(0.0, GRID_REPLICAS, GRID_POINTS) * sim.capacity
+    short, over = block_table(sim, block, margins)
+    u, o = cheapest(short, over, math.floor(judged * pct / 100))
+    if not math.isfinite(o):
+        return None
+    return {"under_pct": round(u / judged * 100, 3), "over_replicas": round(o / judged, 3)}
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.forecast_hindsight", description=__doc__.split("\n")[0])
+    p.add_argument("--series", type=Path, help="CSV (optionally .gz); default: the GenAI QPS trace")
+    p.add_argument("--time-col", default="timestamp_anon", help="time column (epoch seconds or ISO)")
+    p.add_argument("--value-col", default="value", help="value column (summed per timestamp)")
+    p.add_argument("--step", type=float, default=60.0, help="seconds per step (default 60)")
+    p.add_argument("--warmup", type=int, default=120, help="steps before any is judged (default 120)")
+    p.add_argument("--blocks", default="60,120,240", help="block lengths in steps, comma-separated")
+    p.add_argument("--lags", default="3,6", help="actuation lags in steps, comma-separated")
+    p.add_argument("--pct", type=float, default=5.0, help="share of steps allowed short (default 5)")
+    p.add_argument("--json", type=Path, help="write the figures here")
+    args = p.parse_args(argv)
+    try:
+        args.blocks = [int(v) for v in args.blocks.split(",")]
+        args.lags = [int(v) for v in args.lags.split(",")]
+    except ValueError:
+        p.error("--blocks and --lags take whole numbers of steps, e.g. 60,120")
+    if any(v < 1 for v in [*args.blocks, *args.lags]):
+        p.error("--blocks and --lags must be at least 1 step")
+    if not 0 <= args.pct <= 100:
+        p.error("--pct must lie in [0, 100]")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    path = args.series or trace(GENAI_QPS)
+    y, _ = load_series(path, args.time_col, args.value_col, False, args.step)
+    config = EngineConfig(horizon=max(12, max(HORIZONS)), window_steps=max(args.lags))
+    print(f"replaying the forecaster on {path.name} ({len(y)} steps) ...", file=sys.stderr)
+    forecasts, _, _, seeds = run_forecaster(y, args.warmup, config)
+    result: dict[str, Any] = {"series": path.name, "pct": args.pct, "grid_replicas": GRID_REPLICAS}
+    for lag in args.lags:
+        sim = Simulation(y, args.warmup, lag, forecasts, seeds)
+        for block in args.blocks:
+            figures = hindsight_cost(sim, block, args.pct)
+            result[f"L{lag}_block{block}"] = figures
+            print(f"lag {lag}, margin per {block} steps in hindsight: {figures}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

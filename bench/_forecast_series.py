@@ -36,15 +36,31 @@ def parse_time(raw: str) -> float:
 
 
 def load_series(
-    path: Path, time_col: str, value_col: str | None, count: bool, step_s: float
+    path: Path,
+    time_col: str,
+    value_col: str | None,
+    count: bool,
+    step_s: float,
+    where: dict[str, str] | None = None,
 ) -> tuple[np.ndarray, int]:
-    """The series on a regular grid of `step_s`, and how many of its steps were filled."""
+    """The series on a regular grid of `step_s`, and how many of its steps were filled; with `where`,
+    only the rows whose columns hold those values (e.g. one request type of a QPS trace). With `count`,
+    each row is one event and a step's value is the number of rows in it (0 where there are none:
+    nothing is filled)."""
     opener: Callable[..., Any] = gzip.open if path.suffix == ".gz" else open
     import csv
 
     windows: dict[float, float] = {}
     with opener(path, "rt", newline="") as f:
-        for row in csv.DictReader(f):
+        reader = csv.DictReader(f)
+        unknown = sorted(set(where or {}) - set(reader.fieldnames or ()))
+        if unknown:
+            raise SystemExit(
+                f"{path}: --where names no column {', '.join(unknown)} (has {reader.fieldnames})"
+            )
+        for row in reader:
+            if where and any(row.get(col) != value for col, value in where.items()):
+                continue
             raw_t = row.get(time_col, "")
             if raw_t in ("", None):
                 continue
@@ -58,6 +74,15 @@ def load_series(
                 windows[t] = windows.get(t, 0.0) + float(raw_v)
     if not windows:
         raise SystemExit(f"{path}: no readings in columns {time_col!r}/{value_col!r}")
+    if count:  # event rows: a step's value is how many fell in it, and a step with none had none
+        steps: dict[int, float] = {}
+        for t, n in windows.items():
+            k = math.floor(t / step_s)
+            steps[k] = steps.get(k, 0.0) + n
+        counts = np.zeros(max(steps) - min(steps) + 1)
+        for k, n in steps.items():
+            counts[k - min(steps)] = n
+        return counts, 0
     sums: dict[int, list[float]] = {}
     for t, v in windows.items():
         sums.setdefault(math.floor(t / step_s), []).append(v)

@@ -5,9 +5,11 @@
         --value-col value --json bench/results/forecast_duty_cycle.json
 
 Input: a CSV (optionally gzipped) of readings. Rows with the same `--time-col` value form a window, and
-a window's value is the sum of `--value-col` over its rows (or, with `--count`, its number of rows).
-The series is the mean over each `--step` of its windows' values; steps with no window are filled by
-linear interpolation (their count is reported). Default: the GenAI gateway QPS trace shipped in the repo.
+a window's value is the sum of `--value-col` over its rows. The series is the mean over each `--step`
+of its windows' values; steps with no window are filled by linear interpolation (their count is
+reported). With `--count`, each row is one event (a request, a pod created) and a step's value is the
+number of rows in it; a step with none is 0. `--where COL=VALUE` keeps only matching rows. Default:
+the GenAI gateway QPS trace shipped in the repo.
 
 Accuracy: a rolling-origin backtest after `--warmup` steps (default 2 hours): at every origin the
 forecaster (`tessera.forecaster`, as it runs in the service: every hour a backtest scores each candidate
@@ -91,6 +93,7 @@ LAGS = (3, 6)
 #: EngineConfig overrides for --engine
 ENGINES: dict[str, dict[str, Any]] = {
     "default": {},
+    "level": {"prefer": "level", "blend": False},
     "level-cusum": {"prefer": "level-cusum", "blend": False},
     "level-cusum-blend": {"prefer": "level-cusum", "blend": True},
 }
@@ -110,7 +113,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     value = parser.add_mutually_exclusive_group()
     value.add_argument("--value-col", default=None, help="column summed over a window's rows (default value)")
-    value.add_argument("--count", action="store_true", help="a window's value is its number of rows")
+    value.add_argument(
+        "--count", action="store_true", help="each row is one event: a step's value is its number of rows"
+    )
+    parser.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="COL=VALUE",
+        help="keep only rows whose column COL holds VALUE (repeatable), e.g. "
+        "'request_type=API Requests' for one request type of the QPS trace",
+    )
     parser.add_argument("--step", type=float, default=60.0, help="seconds per step (default 60)")
     parser.add_argument("--warmup", type=int, default=None, help="steps of warm-up (default: 2 hours)")
     parser.add_argument("--q", type=float, default=0.9, help="tessera's default margin quantile")
@@ -132,20 +145,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--engine",
         choices=tuple(ENGINES),
         default="default",
-        help="the forecaster replayed as tessera: as the service is configured by default, or with the "
-        "CUSUM-reset level served (level-cusum) and blended with the last value (level-cusum-blend, "
-        "ADR 0030)",
+        help="the forecaster replayed as tessera: as the service is configured by default (the level "
+        "blended with the last value, ADR 0031), the level alone (level, ADR 0029), or with the "
+        "CUSUM-reset level served (level-cusum) and blended (level-cusum-blend, ADR 0030)",
     )
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     parser.add_argument("--plot", type=Path, default=None, help="write a PNG of the L6 run here")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    where: dict[str, str] = {}
+    for item in args.where:
+        col, sep, value = item.partition("=")
+        if not sep or not col:
+            parser.error(f"--where {item!r}: expected COL=VALUE")
+        where[col] = value
+    args.where = where
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     path = args.series or trace(GENAI_QPS)
     value_col = None if args.count else (args.value_col or "value")
-    y, filled = load_series(path, args.time_col, value_col, args.count, args.step)
+    y, filled = load_series(path, args.time_col, value_col, args.count, args.step, args.where)
     warmup = args.warmup if args.warmup is not None else round(7200 / args.step)
     if len(y) <= warmup + 20:
         raise SystemExit(f"{len(y)} steps: too short for a warm-up of {warmup}")
@@ -159,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_s = time.perf_counter() - started
     result: dict[str, Any] = {
         "series": str(path.name),
+        "where": args.where,
         "engine": args.engine,
         "steps": len(y),
         "filled_steps": filled,

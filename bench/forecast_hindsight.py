@@ -24,6 +24,7 @@ import numpy as np
 
 from bench._forecast_series import HORIZONS, load_series, run_forecaster
 from bench._forecast_sim import Simulation
+from bench.forecast import ENGINES
 from tessera.devcluster.data import GENAI_QPS, trace
 from tessera.forecaster.service_layer.engine import EngineConfig
 
@@ -89,6 +90,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--blocks", default="60,120,240", help="block lengths in steps, comma-separated")
     p.add_argument("--lags", default="3,6", help="actuation lags in steps, comma-separated")
     p.add_argument("--pct", type=float, default=5.0, help="share of steps allowed short (default 5)")
+    p.add_argument(
+        "--engine",
+        choices=tuple(ENGINES),
+        default="default",
+        help="the forecaster replayed (as bench.forecast)",
+    )
     p.add_argument("--json", type=Path, help="write the figures here")
     args = p.parse_args(argv)
     try:
@@ -107,10 +114,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     path = args.series or trace(GENAI_QPS)
     y, _ = load_series(path, args.time_col, args.value_col, False, args.step)
-    config = EngineConfig(horizon=max(12, max(HORIZONS)), window_steps=max(args.lags))
+    config = EngineConfig(horizon=max(12, max(HORIZONS)), window_steps=max(args.lags), **ENGINES[args.engine])
     print(f"replaying the forecaster on {path.name} ({len(y)} steps) ...", file=sys.stderr)
     forecasts, _, _, seeds = run_forecaster(y, args.warmup, config)
-    result: dict[str, Any] = {"series": path.name, "pct": args.pct, "grid_replicas": GRID_REPLICAS}
+    result: dict[str, Any] = {
+        "series": path.name,
+        "engine": args.engine,
+        "pct": args.pct,
+        "grid_replicas": GRID_REPLICAS,
+    }
     for lag in args.lags:
         sim = Simulation(y, args.warmup, lag, forecasts, seeds)
         for block in args.blocks:

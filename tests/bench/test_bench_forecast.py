@@ -1,5 +1,5 @@
-"""bench.forecast's inputs and policies: event rows counted per step with ISO or epoch times, gaps
-filled and counted, the reactive baseline one lag late, the HPA baseline holding its largest
+"""bench.forecast's inputs and policies: event rows counted per step with ISO or epoch times (a step
+without one is 0), rows kept by `--where`, the reactive baseline one lag late, the HPA baseline holding its largest
 recommendation, and the cost search's answer where no parameter reaches the target."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.forecast import Simulation, load_series, parse_time
+from bench.forecast import Simulation, load_series, parse_args, parse_time
 
 
 def test_times_are_epoch_seconds_or_iso_datetimes() -> None:
@@ -21,17 +21,31 @@ def test_times_are_epoch_seconds_or_iso_datetimes() -> None:
         parse_time("yesterday")
 
 
-def test_count_turns_event_rows_into_requests_per_step_and_fills_gaps(tmp_path: Path) -> None:
+def test_count_turns_event_rows_into_requests_per_step_and_empty_steps_into_zeros(tmp_path: Path) -> None:
     rows = ["at,route"]
     rows += ["1970-01-01T00:00:10Z,/a"] * 3  # step 0: 3 requests
-    rows += ["1970-01-01T00:00:50Z,/b"] * 2  # another window in step 0: its mean is (3 + 2) / 2
+    rows += ["1970-01-01T00:00:50Z,/b"] * 2  # another second of step 0: 5 requests in all
     rows += ["180,/a"] * 6  # step 3 (epoch seconds), steps 1 and 2 empty
     path = tmp_path / "events.csv.gz"
     with gzip.open(path, "wt") as f:
         f.write("\n".join(rows) + "\n")
     y, filled = load_series(path, "at", None, True, 60.0)
-    assert filled == 2
-    assert y.tolist() == pytest.approx([2.5, 2.5 + 3.5 / 3, 2.5 + 7 / 3, 6.0])  # filled linearly
+    assert filled == 0  # a step without a row had no request: nothing to fill
+    assert y.tolist() == [5.0, 0.0, 0.0, 6.0]  # every row of a step counts, whatever its second
+
+
+def test_where_keeps_only_the_rows_that_match_and_names_an_unknown_column(tmp_path: Path) -> None:
+    path = tmp_path / "qps.csv"
+    path.write_text("t,value,kind\n0,4,api\n0,10,gen\n60,6,api\n60,20,gen\n")
+    y, _ = load_series(path, "t", "value", False, 60.0, {"kind": "api"})
+    assert y.tolist() == [4.0, 6.0]
+    y, _ = load_series(path, "t", "value", False, 60.0)
+    assert y.tolist() == [14.0, 26.0]
+    with pytest.raises(SystemExit, match="--where names no column type"):
+        load_series(path, "t", "value", False, 60.0, {"type": "api"})
+    assert parse_args(["--where", "kind=API Requests"]).where == {"kind": "API Requests"}
+    with pytest.raises(SystemExit):
+        parse_args(["--where", "kind"])
 
 
 def test_the_baselines_react_one_lag_late_and_the_hpa_holds_its_largest_recommendation() -> None:

@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tessera.forecaster.bootstrap import engine_config
+from tessera.forecaster.config import ForecasterSettings
 from tessera.forecaster.domain.blend import WeightChooser, pinball
 from tessera.forecaster.domain.level import smooth
 from tessera.forecaster.domain.level_cusum import LevelCusum, cusum_levels, one_step_sigma
@@ -161,4 +163,9 @@ def test_blending_off_serves_the_model_alone() -> None:
     update = engine.step(values, T0, 60.0)
     assert update.forecast is not None and update.forecast.model == "level-cusum"
     assert len(engine.chooser.pairs) == 0
-    assert EngineConfig().blend is False and EngineConfig().prefer == "level"
+
+
+def test_the_service_blends_the_level_by_default_and_a_setting_turns_it_off() -> None:
+    assert EngineConfig().blend is True and EngineConfig().prefer == "level"
+    assert engine_config(ForecasterSettings()).blend is True
+    assert engine_config(ForecasterSettings(blend_last_value=False)).blend is False

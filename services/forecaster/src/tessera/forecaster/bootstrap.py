@@ -47,6 +47,7 @@ def engine_config(settings: ForecasterSettings) -> EngineConfig:
         train_steps=min(720, history_steps),
         margin_q=settings.margin_q,
         margin_window=settings.margin_window,
+        blend=settings.blend_last_value,
         inputs=InputPolicy(min_history=settings.min_history_steps),
     )
 

@@ -50,6 +50,11 @@ class ForecasterSettings(ServiceSettings):
         0.9, ge=0, le=1, description="quantile of recent under-forecasts served as margin"
     )
     margin_window: int = Field(240, ge=1, description="resolved forecasts the margin learns from")
+    blend_last_value: bool = Field(
+        True,
+        description="serve the forecast blended with the last reading, the weight chosen each step by "
+        "the recent pinball loss at margin_q (ADR 0031); false: the forecast alone",
+    )
     min_history_steps: int = Field(60, ge=10, description="steps of history before a series is forecast")
     season_steps: int | None = Field(
         None, ge=2, description="a season length in steps for the seasonal naive candidate (1440: a day)"

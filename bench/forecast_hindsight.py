@@ -5,9 +5,9 @@
 The served policy adds one learnt margin to the forecast's window maximum. Here the margin is instead
 chosen in hindsight for each block of `--blocks` steps (the origins of a block share it), from a grid
 of 0 to 6 replicas' worth, so that the run as a whole is short on at most `--pct`% of its steps with the
-fewest over-provisioned replicas. The allocation across blocks is exact (a knapsack on the steps short,
-solved by dynamic programming), so the figure is a true lower bound for any margin that is constant
-within each block, however it is predicted. The forecasts are the service's own, replayed as
+fewest over-provisioned replicas. The allocation across blocks is exact over that grid (a knapsack on
+the steps short, solved by dynamic programming), so the figure is a lower bound for any margin on the
+grid that is constant within each block, however it is predicted. The forecasts are the service's own, replayed as
 `bench.forecast` replays them, on the same series and simulation."""
 
 from __future__ import annotations
@@ -107,6 +107,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--blocks and --lags must be at least 1 step")
     if not 0 <= args.pct <= 100:
         p.error("--pct must lie in [0, 100]")
+    if args.warmup < max(args.lags):
+        p.error("--warmup must be at least the largest lag (the steps judged start after both)")
     return args
 
 

@@ -83,3 +83,6 @@ def test_bad_input_names_the_option(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(["--pct", "120"])
     assert "--pct must lie in [0, 100]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--warmup", "2", "--lags", "3,6"])
+    assert "--warmup must be at least the largest lag" in capsys.readouterr().err

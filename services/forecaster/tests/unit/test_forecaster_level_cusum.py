@@ -12,7 +12,7 @@ import pytest
 from tessera.forecaster.bootstrap import engine_config
 from tessera.forecaster.config import ForecasterSettings
 from tessera.forecaster.domain.blend import WeightChooser, pinball
-from tessera.forecaster.domain.level import smooth
+from tessera.forecaster.domain.level import LevelSmoothing, smooth
 from tessera.forecaster.domain.level_cusum import LevelCusum, cusum_levels, one_step_sigma
 from tessera.forecaster.domain.selection import Fitted
 from tessera.forecaster.service_layer.engine import EngineConfig, SeriesForecaster, served_name
@@ -169,3 +169,29 @@ def test_the_service_blends_the_level_by_default_and_a_setting_turns_it_off() ->
     assert EngineConfig().blend is True and EngineConfig().prefer == "level"
     assert engine_config(ForecasterSettings()).blend is True
     assert engine_config(ForecasterSettings(blend_last_value=False)).blend is False
+
+
+def test_the_chooser_is_seeded_with_the_pairs_of_the_same_origins_and_the_margin_with_their_blend() -> None:
+    values = walk(400, seed=3)
+    engine = SeriesForecaster(config(prefer="level"), lambda: [LevelSmoothing(lead=6)])
+    update = engine.step(list(values), T0, 60.0)
+    assert update.forecast is not None
+    w = 6
+    history = values[-engine.config.train_steps :]
+    level_fit = LevelSmoothing(lead=6).fit(history, 12)
+    # the newest calibration origin is w steps before the end: its pair is that level's error and the
+    # last value's error over the same w steps
+    model_error, last_error = engine.chooser.pairs[-1]
+    assert model_error == pytest.approx(level_fit.calibration[-1])
+    assert last_error == pytest.approx(values[-1] - values[-1 - w])
+    levels = smooth(history, level_fit.alpha)
+    assert model_error == pytest.approx(values[-1] - levels[-1 - w])
+    weight = engine.chooser.weight()
+    assert update.seeded[-1] == pytest.approx(weight * model_error + (1 - weight) * last_error)
+
+
+def test_a_calibration_judged_at_another_lead_seeds_no_chooser() -> None:
+    values: list[float | None] = list(walk(400, seed=3))
+    engine = SeriesForecaster(config(prefer="level"), lambda: [LevelSmoothing(lead=3)])
+    engine.step(values, T0, 60.0)
+    assert len(engine.chooser.pairs) == 0 and not engine.chooser_seeded

@@ -37,6 +37,8 @@ class LevelFitted:
     context: int
     calibration: tuple[float, ...]
     """out-of-sample errors at the lead on the history it was fit on, oldest first"""
+    lead: int = 6
+    """the steps ahead each calibration error was judged at"""
 
     def predict(self, history: Sequence[float], horizon: int) -> list[float]:
         level = smooth(history[-self.context :], self.alpha)[-1]
@@ -68,4 +70,4 @@ class LevelSmoothing:
             if best is None or sse < best[0]:
                 best = (sse, alpha, errors)
         assert best is not None
-        return LevelFitted(best[1], self.context, tuple(best[2]))
+        return LevelFitted(best[1], self.context, tuple(best[2]), self.lead)

@@ -75,6 +75,8 @@ class LevelCusumFitted:
     """out-of-sample errors at the lead on the history it was fit on, oldest first"""
     k: float = K
     h: float = H
+    lead: int = 6
+    """the steps ahead each calibration error was judged at"""
 
     def predict(self, history: Sequence[float], horizon: int) -> list[float]:
         level = cusum_levels(history[-self.context :], self.alpha, self.sigma, self.k, self.h)[-1]
@@ -110,4 +112,4 @@ class LevelCusum:
                 best = (sse, alpha, sigma, errors)
         assert best is not None
         _, alpha, sigma, errors = best
-        return LevelCusumFitted(alpha, sigma, self.context, tuple(errors), self.k, self.h)
+        return LevelCusumFitted(alpha, sigma, self.context, tuple(errors), self.k, self.h, self.lead)

@@ -157,13 +157,14 @@ class SeriesForecaster:
         if calibration is None:
             return ()
         calibration = tuple(calibration)
+        lead: int | None = getattr(fitted, "lead", None)
         if self.config.blend and not self.chooser_seeded and len(self.chooser.pairs) < self.chooser.window:
-            self._seed_chooser(calibration, history)
+            self._seed_chooser(calibration, history, lead)
         if not self.config.calibrate or self.calibrated:
             return ()
         if self.config.blend:
             w = self.chooser.weight()
-            w_errors = [blend(m, r, w) for m, r in self._pairs(calibration, history)]
+            w_errors = [blend(m, r, w) for m, r in self._pairs(calibration, history, lead)]
             calibration = tuple(w_errors) if len(w_errors) == len(calibration) else calibration
         if len(self.learner.errors) >= self.learner.window:
             return ()
@@ -171,20 +172,23 @@ class SeriesForecaster:
         kept = self.learner.seed(calibration)
         return tuple(calibration[len(calibration) - kept :]) if kept else ()
 
-    def _pairs(self, calibration: Sequence[float], history: Sequence[float]) -> list[tuple[float, float]]:
-        """The calibration's errors (the newest origins of the training history, judged `window_steps`
-        later) paired with the last value's errors at the same origins; none if they cannot be aligned."""
+    def _pairs(
+        self, calibration: Sequence[float], history: Sequence[float], lead: int | None
+    ) -> list[tuple[float, float]]:
+        """The calibration's errors (the newest origins of the training history, judged `lead` steps
+        later) paired with the last value's errors at the same origins; none if they cannot be aligned
+        (judged at another lead than `window_steps`, or longer than the history)."""
         values = history[-self.config.train_steps :]
         w, n = self.config.window_steps, len(calibration)
         first = len(values) - w - n
-        if n == 0 or first < 0:
+        if n == 0 or first < 0 or lead != w:
             return []
         return [(calibration[i], values[first + i + w] - values[first + i]) for i in range(n)]
 
-    def _seed_chooser(self, calibration: Sequence[float], history: Sequence[float]) -> None:
+    def _seed_chooser(self, calibration: Sequence[float], history: Sequence[float], lead: int | None) -> None:
         """Rebuild the chooser from the history (at the first fit, and after a restart): the judged
         origins are not persisted, but the model's out-of-sample errors on its training history are known."""
-        pairs = self._pairs(calibration, history)
+        pairs = self._pairs(calibration, history, lead)
         if pairs:
             self.chooser.seed(pairs)
             self.chooser_seeded = True

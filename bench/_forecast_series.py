@@ -79,9 +79,10 @@ def load_series(
         for t, n in windows.items():
             k = math.floor(t / step_s)
             steps[k] = steps.get(k, 0.0) + n
-        counts = np.zeros(max(steps) - min(steps) + 1)
+        first_step = min(steps)
+        counts = np.zeros(max(steps) - first_step + 1)
         for k, n in steps.items():
-            counts[k - min(steps)] = n
+            counts[k - first_step] = n
         return counts, 0
     sums: dict[int, list[float]] = {}
     for t, v in windows.items():

@@ -71,7 +71,7 @@ def cheapest(short: np.ndarray, over: np.ndarray, allowed: int) -> tuple[int, fl
 
 def hindsight_cost(sim: Simulation, block: int, pct: float) -> dict[str, float] | None:
     """Mean replicas over and % of steps short at the bound; None when no margin reaches `pct`."""
-    judged = int(np.sum((np.arange(len(sim.y)) >= sim.warmup) & (np.arange(len(sim.y)) >= sim.lag)))
+    judged = len(sim.y) - max(sim.warmup, sim.lag)
     margins = np.linspace(0.0, GRID_REPLICAS, GRID_POINTS) * sim.capacity
     short, over = block_table(sim, block, margins)
     u, o = cheapest(short, over, math.floor(judged * pct / 100))

@@ -9,7 +9,7 @@ at the lead (each level uses only the steps before it), which calibrate the marg
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 #: the smoothing factors tried, coarse enough that the fit is cheap and stable
@@ -29,6 +29,21 @@ def smooth(values: Sequence[float], alpha: float) -> list[float]:
 def lead_errors(values: Sequence[float], levels: Sequence[float], lead: int, skip: int) -> list[float]:
     """`actual - level` of each level (after the first `skip`) against the load `lead` steps later."""
     return [values[i + lead] - levels[i] for i in range(skip, len(values) - lead)]
+
+
+def fit_alpha(
+    values: Sequence[float], lead: int, skip: int, levels_of: Callable[[float], Sequence[float]]
+) -> tuple[float, list[float]]:
+    """The factor in `ALPHAS` whose levels (`levels_of(alpha)`) err least, in squares, against the load
+    `lead` steps later, and those errors (out of sample: each level uses only the steps before it)."""
+    best: tuple[float, float, list[float]] | None = None
+    for alpha in ALPHAS:
+        errors = lead_errors(values, levels_of(alpha), lead, skip)
+        sse = sum(e * e for e in errors)
+        if best is None or sse < best[0]:
+            best = (sse, alpha, errors)
+    assert best is not None
+    return best[1], best[2]
 
 
 @dataclass(frozen=True)
@@ -63,11 +78,5 @@ class LevelSmoothing:
         values = [float(v) for v in history]
         if len(values) < self.min_history(horizon):
             raise ValueError("too little history")
-        best: tuple[float, float, list[float]] | None = None
-        for alpha in ALPHAS:
-            errors = lead_errors(values, smooth(values, alpha), self.lead, self.skip)
-            sse = sum(e * e for e in errors)
-            if best is None or sse < best[0]:
-                best = (sse, alpha, errors)
-        assert best is not None
-        return LevelFitted(best[1], self.context, tuple(best[2]), self.lead)
+        alpha, errors = fit_alpha(values, self.lead, self.skip, lambda a: smooth(values, a))
+        return LevelFitted(alpha, self.context, tuple(errors), self.lead)

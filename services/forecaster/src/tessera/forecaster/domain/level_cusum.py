@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tessera.forecaster.domain.level import ALPHAS, lead_errors, smooth
+from tessera.forecaster.domain.level import fit_alpha, smooth
 
 #: the CUSUM's reference value and decision interval, in standard deviations of the one-step error
 K = 0.5
@@ -102,14 +102,10 @@ class LevelCusum:
         values = [float(v) for v in history]
         if len(values) < self.min_history(horizon):
             raise ValueError("too little history")
-        best: tuple[float, float, float, list[float]] | None = None
-        for alpha in ALPHAS:
-            sigma = one_step_sigma(values, alpha, self.skip)
-            levels = cusum_levels(values, alpha, sigma, self.k, self.h)
-            errors = lead_errors(values, levels, self.lead, self.skip)
-            sse = sum(e * e for e in errors)
-            if best is None or sse < best[0]:
-                best = (sse, alpha, sigma, errors)
-        assert best is not None
-        _, alpha, sigma, errors = best
+
+        def levels_of(alpha: float) -> list[float]:
+            return cusum_levels(values, alpha, one_step_sigma(values, alpha, self.skip), self.k, self.h)
+
+        alpha, errors = fit_alpha(values, self.lead, self.skip, levels_of)
+        sigma = one_step_sigma(values, alpha, self.skip)
         return LevelCusumFitted(alpha, sigma, self.context, tuple(errors), self.k, self.h, self.lead)

@@ -294,20 +294,56 @@ class LeaderElector:
         """Give the lease up if this candidate holds it: an empty holder lets a follower take it at
         its next retry. The write has the renew deadline to land, as client-go's release: the work
         has already stopped, so a slow answer costs only shutdown time, while giving up early leaves
-        the followers waiting a whole lease duration."""
+        the followers waiting a whole lease duration. Within it the write is tried again: after a
+        timeout or an error, and after a conflict when the lease read back is still this
+        candidate's (a renewal cancelled or timed out after the server stored it leaves the version
+        seen here one behind)."""
         if not self._holds() or self._observed is None:
             return
+        loop = asyncio.get_running_loop()  # a bound on waiting, so the loop's time, as wait_for's
+        deadline = loop.time() + self.config.renew_deadline_s
+        error: Exception | None = None
+        while (left := deadline - loop.time()) > 0:
+            try:
+                await asyncio.wait_for(self._release_once(), timeout=left)
+            except Conflict as conflict:
+                error = conflict
+                if not await self._still_mine(deadline):
+                    return
+                continue
+            except (TimeoutError, ClusterError, OSError) as failed:
+                error = failed
+                await asyncio.sleep(min(self.config.retry_period_s / 4, max(deadline - loop.time(), 0.0)))
+                continue
+            log.info("released the lease", extra={"lease": self.name, "identity": self.identity})
+            return
+        log.warning(
+            "could not release the lease",
+            extra={"lease": self.name, "error": (str(error) if error else "") or "timeout"},
+        )
+
+    async def _release_once(self) -> None:
+        assert self._observed is not None
         now = self._now()
         released = replace(
             self._observed, holder=None, lease_duration_s=1.0, acquire_time=now, renew_time=now
         )
+        self._observe(await self.lock.update(released))
+
+    async def _still_mine(self, deadline: float) -> bool:
+        """After a conflict: read the lease again; True when it is still this candidate's (and the
+        next write carries its version), False when another holds it or nobody does."""
         try:
-            self._observe(
-                await asyncio.wait_for(self.lock.update(released), timeout=self.config.renew_deadline_s)
-            )
-            log.info("released the lease", extra={"lease": self.name, "identity": self.identity})
-        except (TimeoutError, ClusterError, OSError) as error:
-            log.warning("could not release the lease", extra={"lease": self.name, "error": str(error)})
+            left = deadline - asyncio.get_running_loop().time()
+            current = await asyncio.wait_for(self.lock.get(), timeout=max(left, 0.05))
+        except (TimeoutError, ClusterError, OSError):
+            return True  # unknown: try the write again while the deadline lasts
+        if current is None or current.holder != self.identity:
+            if current is not None:
+                self._observe(current)
+            return False
+        self._observe(current)
+        return True
 
     def _observe(self, record: LeaseRecord) -> None:
         self._observed = record

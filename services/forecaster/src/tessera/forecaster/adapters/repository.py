@@ -56,8 +56,8 @@ class ErrorRepository(Protocol):
         self, series_id: int, origin_at: datetime, model: str, forecast: float, actual: float, relative: float
     ) -> None: ...
 
-    async def recent(self, series_id: int, limit: int) -> list[float]:
-        """The newest relative errors, oldest first."""
+    async def recent(self, series_id: int, limit: int) -> list[tuple[datetime, float]]:
+        """The newest errors with their origins, oldest first."""
         ...
 
 
@@ -209,14 +209,14 @@ class SqlErrorRepository:
             .on_conflict_do_nothing()
         )
 
-    async def recent(self, series_id: int, limit: int) -> list[float]:
+    async def recent(self, series_id: int, limit: int) -> list[tuple[datetime, float]]:
         rows = await self.session.execute(
-            select(forecast_errors.c.relative_error)
+            select(forecast_errors.c.origin_at, forecast_errors.c.relative_error)
             .where(forecast_errors.c.series_id == series_id)
             .order_by(forecast_errors.c.origin_at.desc())
             .limit(limit)
         )
-        return [float(v) for (v,) in rows][::-1]
+        return [(at, float(v)) for at, v in rows][::-1]
 
 
 def _finite(value: float | None) -> float | None:

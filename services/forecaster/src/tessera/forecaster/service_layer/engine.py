@@ -9,7 +9,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tessera.forecaster.domain.blend import WeightChooser, blend
 from tessera.forecaster.domain.checks import Degraded, InputPolicy, prepare
@@ -111,15 +111,22 @@ class SeriesForecaster:
     fit_seconds: list[float] = field(default_factory=list)
     calibrated: bool = False
     chooser_seeded: bool = False
+    margin_from: datetime | None = None
+    """the oldest origin whose judged error the margin learner holds (restored ones included): a
+    calibration seeds the margin only with origins before it, so that none is counted twice"""
+    chooser_from: datetime | None = None
+    """the same for the chooser's judged pairs"""
 
     def __post_init__(self) -> None:
         c = self.config
         self.learner = MarginLearner(c.margin_q, c.margin_window, c.min_errors)
         self.chooser = WeightChooser(c.margin_q, c.margin_window, c.min_errors)
 
-    def seed_errors(self, errors: Sequence[float]) -> None:
-        """Errors kept from before a restart."""
+    def seed_errors(self, errors: Sequence[float], since: datetime | None = None) -> None:
+        """Errors kept from before a restart, oldest first; `since` is the oldest one's origin."""
         self.learner.extend(errors)
+        if errors and since is not None:
+            self.margin_from = since if self.margin_from is None else min(since, self.margin_from)
 
     def judge(
         self, values: Sequence[float | None], end: datetime, step_s: float
@@ -136,8 +143,12 @@ class SeriesForecaster:
             at_end = len(values) - offset + w - 1  # the window's last step
             actual = values[at_end] if 0 <= at_end < len(values) else None
             if actual is not None and math.isfinite(actual):
-                self.learner.observe(p.base, actual)
+                if math.isfinite(self.learner.observe(p.base, actual)) and self.margin_from is None:
+                    self.margin_from = p.origin
+                before = len(self.chooser.pairs)
                 self.chooser.observe(actual - p.model_base, actual - p.last)
+                if len(self.chooser.pairs) != before and self.chooser_from is None:
+                    self.chooser_from = p.origin
                 judged.append((p.origin, p.model, p.base, actual))
         self.pending = keep
         return judged
@@ -150,22 +161,28 @@ class SeriesForecaster:
             return MeanOf(tuple(c for c in candidates if c.name in selection.passed))
         return next(c for c in candidates if c.name == selection.chosen)
 
-    def _calibrate(self, fitted: Fitted, history: Sequence[float]) -> tuple[float, ...]:
+    def _calibrate(
+        self, fitted: Fitted, history: Sequence[float], end: datetime, step_s: float
+    ) -> tuple[float, ...]:
         """Seed the margin with the fitted model's own errors at the window, once, while it is short;
-        blended as the first forecast will be when the chooser could be seeded from the same history."""
+        blended as the first forecast will be when the chooser could be seeded from the same history.
+        Each is seeded only with origins older than the first it has judged (a refit after some were
+        judged, or a restart with errors restored, would otherwise count the newest origins twice)."""
         calibration = getattr(fitted, "calibration", None)
         if calibration is None:
             return ()
         calibration = tuple(calibration)
         lead: int | None = getattr(fitted, "lead", None)
         if self.config.blend and not self.chooser_seeded and len(self.chooser.pairs) < self.chooser.window:
-            self._seed_chooser(calibration, history, lead)
+            pairs = self._pairs(calibration, history, lead)
+            self._seed_chooser(pairs[: self._older(len(pairs), lead, end, step_s, self.chooser_from)])
         if not self.config.calibrate or self.calibrated:
             return ()
         if self.config.blend:
             w = self.chooser.weight()
             w_errors = [blend(m, r, w) for m, r in self._pairs(calibration, history, lead)]
             calibration = tuple(w_errors) if len(w_errors) == len(calibration) else calibration
+        calibration = calibration[: self._older(len(calibration), lead, end, step_s, self.margin_from)]
         if len(self.learner.errors) >= self.learner.window:
             return ()
         self.calibrated = True
@@ -185,10 +202,18 @@ class SeriesForecaster:
             return []
         return [(calibration[i], values[first + i + w] - values[first + i]) for i in range(n)]
 
-    def _seed_chooser(self, calibration: Sequence[float], history: Sequence[float], lead: int | None) -> None:
+    def _older(self, n: int, lead: int | None, end: datetime, step_s: float, since: datetime | None) -> int:
+        """How many of the first of `n` calibration errors have origins before `since`: the newest is
+        judged at `end`, `lead` steps (the window where not given) after its origin, one origin a step."""
+        if since is None:
+            return n
+        newest = end - timedelta(seconds=(lead if lead is not None else self.config.window_steps) * step_s)
+        newer = math.floor((newest - since).total_seconds() / step_s) + 1  # origins from `since` on
+        return max(0, min(n, n - newer))
+
+    def _seed_chooser(self, pairs: Sequence[tuple[float, float]]) -> None:
         """Rebuild the chooser from the history (at the first fit, and after a restart): the judged
         origins are not persisted, but the model's out-of-sample errors on its training history are known."""
-        pairs = self._pairs(calibration, history, lead)
         if pairs:
             self.chooser.seed(pairs)
             self.chooser_seeded = True
@@ -221,7 +246,7 @@ class SeriesForecaster:
             self.model = _Model(chosen.name, fitted, end)
             if chosen.name != selection.chosen:
                 selection = dataclasses.replace(selection, chosen=chosen.name)
-            seeded = self._calibrate(fitted, history)
+            seeded = self._calibrate(fitted, history, end, step_s)
             fit_s = self.clock() - started
             self.fit_seconds.append(fit_s)
         assert self.model is not None

@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 class _Work:
     series: Series
     grid: Grid | None
-    seed_errors: list[float]
+    seed_errors: list[tuple[datetime, float]]
+    """(origin, error) restored from storage, oldest first"""
 
 
 def _compute(forecaster: SeriesForecaster, work: _Work) -> Update:
@@ -58,7 +59,7 @@ async def forecast_round(deps: ForecasterDeps) -> int:
     for item in work:
         forecaster = deps.forecaster(item.series.id)
         if item.seed_errors:
-            forecaster.seed_errors(item.seed_errors)
+            forecaster.seed_errors([e for _, e in item.seed_errors], since=item.seed_errors[0][0])
         updates.append((item, await asyncio.to_thread(_compute, forecaster, item)))
     forecast_count = 0
     async with deps.uow() as uow:

@@ -4,6 +4,7 @@ timings. ``bench.forecast`` holds the numeric libraries to one thread before it 
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import math
 import statistics
@@ -20,6 +21,51 @@ from tessera.forecaster.domain.forecast import Forecast, serve
 from tessera.forecaster.service_layer.engine import EngineConfig, SeriesForecaster
 
 HORIZONS = (1, 5, 10)
+
+
+def add_series_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options naming the series a forecast bench replays (`series_from` reads them back)."""
+    parser.add_argument(
+        "--series", type=Path, default=None, help="CSV or CSV.gz (default: the GenAI QPS trace)"
+    )
+    parser.add_argument(
+        "--time-col",
+        default="timestamp_anon",
+        help="column of the window's time: epoch seconds or ISO 8601",
+    )
+    value = parser.add_mutually_exclusive_group()
+    value.add_argument("--value-col", default=None, help="column summed over a window's rows (default value)")
+    value.add_argument(
+        "--count", action="store_true", help="each row is one event: a step's value is its number of rows"
+    )
+    parser.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="COL=VALUE",
+        help="keep only rows whose column COL holds VALUE (repeatable), e.g. "
+        "'request_type=API Requests' for one request type of the QPS trace",
+    )
+    parser.add_argument("--step", type=float, default=60.0, help="seconds per step (default 60)")
+
+
+def parse_where(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """`--where COL=VALUE` items into a dict, or the parser's error naming the bad one."""
+    where: dict[str, str] = {}
+    for item in args.where:
+        col, sep, value = item.partition("=")
+        if not sep or not col:
+            parser.error(f"--where {item!r}: expected COL=VALUE")
+        where[col] = value
+    args.where = where
+
+
+def series_from(args: argparse.Namespace, default: Path) -> tuple[Path, np.ndarray, int]:
+    """The series the options name (`default` without --series), and how many steps were filled."""
+    path: Path = args.series or default
+    value_col = None if args.count else (args.value_col or "value")
+    y, filled = load_series(path, args.time_col, value_col, args.count, args.step, args.where)
+    return path, y, filled
 
 
 def parse_time(raw: str) -> float:

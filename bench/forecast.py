@@ -58,10 +58,13 @@ from typing import Any  # noqa: E402
 from bench._forecast_series import (  # noqa: E402
     HORIZONS,
     accuracy,
+    add_series_arguments,
     load_series,
     parse_time,
+    parse_where,
     refit_seconds,
     run_forecaster,
+    series_from,
     serve_p99_ms,
 )
 from bench._forecast_sim import HPA_WINDOW, PEAK_REPLICAS, Simulation, plot, policy_figures  # noqa: E402
@@ -103,28 +106,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--series", type=Path, default=None, help="CSV or CSV.gz (default: the GenAI QPS trace)"
-    )
-    parser.add_argument(
-        "--time-col",
-        default="timestamp_anon",
-        help="column of the window's time: epoch seconds or ISO 8601",
-    )
-    value = parser.add_mutually_exclusive_group()
-    value.add_argument("--value-col", default=None, help="column summed over a window's rows (default value)")
-    value.add_argument(
-        "--count", action="store_true", help="each row is one event: a step's value is its number of rows"
-    )
-    parser.add_argument(
-        "--where",
-        action="append",
-        default=[],
-        metavar="COL=VALUE",
-        help="keep only rows whose column COL holds VALUE (repeatable), e.g. "
-        "'request_type=API Requests' for one request type of the QPS trace",
-    )
-    parser.add_argument("--step", type=float, default=60.0, help="seconds per step (default 60)")
+    add_series_arguments(parser)
     parser.add_argument("--warmup", type=int, default=None, help="steps of warm-up (default: 2 hours)")
     parser.add_argument("--q", type=float, default=0.9, help="tessera's default margin quantile")
     parser.add_argument(
@@ -152,21 +134,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     parser.add_argument("--plot", type=Path, default=None, help="write a PNG of the L6 run here")
     args = parser.parse_args(argv)
-    where: dict[str, str] = {}
-    for item in args.where:
-        col, sep, value = item.partition("=")
-        if not sep or not col:
-            parser.error(f"--where {item!r}: expected COL=VALUE")
-        where[col] = value
-    args.where = where
+    parse_where(parser, args)
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    path = args.series or trace(GENAI_QPS)
-    value_col = None if args.count else (args.value_col or "value")
-    y, filled = load_series(path, args.time_col, value_col, args.count, args.step, args.where)
+    path, y, filled = series_from(args, trace(GENAI_QPS))
     warmup = args.warmup if args.warmup is not None else round(7200 / args.step)
     if len(y) <= warmup + 20:
         raise SystemExit(f"{len(y)} steps: too short for a warm-up of {warmup}")

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from bench._forecast_series import HORIZONS, load_series, run_forecaster
+from bench._forecast_series import HORIZONS, add_series_arguments, parse_where, run_forecaster, series_from
 from bench._forecast_sim import Simulation
 from bench.forecast import ENGINES
 from tessera.devcluster.data import GENAI_QPS, trace
@@ -82,10 +82,7 @@ def hindsight_cost(sim: Simulation, block: int, pct: float) -> dict[str, float] 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.forecast_hindsight", description=__doc__.split("\n")[0])
-    p.add_argument("--series", type=Path, help="CSV (optionally .gz); default: the GenAI QPS trace")
-    p.add_argument("--time-col", default="timestamp_anon", help="time column (epoch seconds or ISO)")
-    p.add_argument("--value-col", default="value", help="value column (summed per timestamp)")
-    p.add_argument("--step", type=float, default=60.0, help="seconds per step (default 60)")
+    add_series_arguments(p)
     p.add_argument("--warmup", type=int, default=120, help="steps before any is judged (default 120)")
     p.add_argument("--blocks", default="60,120,240", help="block lengths in steps, comma-separated")
     p.add_argument("--lags", default="3,6", help="actuation lags in steps, comma-separated")
@@ -98,6 +95,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--json", type=Path, help="write the figures here")
     args = p.parse_args(argv)
+    parse_where(p, args)
     try:
         args.blocks = [int(v) for v in args.blocks.split(",")]
         args.lags = [int(v) for v in args.lags.split(",")]
@@ -114,13 +112,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    path = args.series or trace(GENAI_QPS)
-    y, _ = load_series(path, args.time_col, args.value_col, False, args.step)
+    path, y, _ = series_from(args, trace(GENAI_QPS))
     config = EngineConfig(horizon=max(12, max(HORIZONS)), window_steps=max(args.lags), **ENGINES[args.engine])
     print(f"replaying the forecaster on {path.name} ({len(y)} steps) ...", file=sys.stderr)
     forecasts, _, _, seeds = run_forecaster(y, args.warmup, config)
     result: dict[str, Any] = {
         "series": path.name,
+        "where": args.where,
+        "count": args.count,
         "engine": args.engine,
         "pct": args.pct,
         "grid_replicas": GRID_REPLICAS,

@@ -3,6 +3,8 @@ never dearer with finer blocks, within the share of steps allowed short, and a C
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,22 @@ def test_bad_input_names_the_option(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(["--warmup", "2", "--lags", "3,6"])
     assert "--warmup must be at least the largest lag" in capsys.readouterr().err
+
+
+def test_the_series_options_are_those_of_bench_forecast(tmp_path: Path) -> None:
+    from bench._forecast_series import series_from
+
+    rows = ["t,kind", "0,a", "10,a", "15,b", "70,a", "200,a"]
+    (tmp_path / "events.csv").write_text("\n".join(rows) + "\n")
+    args = parse_args(
+        ["--series", str(tmp_path / "events.csv"), "--time-col", "t", "--count", "--where", "kind=a"]
+    )
+    assert args.where == {"kind": "a"} and args.count
+    path, y, _ = series_from(args, tmp_path / "unused.csv")
+    assert path.name == "events.csv" and y.tolist() == [2.0, 1.0, 0.0, 1.0]  # b's row not counted
+
+
+def test_a_where_without_a_value_names_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--where", "kind"])
+    assert "--where 'kind': expected COL=VALUE" in capsys.readouterr().err

@@ -4,13 +4,13 @@ calibrated from its out-of-sample errors before any forecast is judged."""
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from tessera.forecaster.domain.level import LevelSmoothing, lead_errors, smooth
 from tessera.forecaster.domain.margin import MarginLearner
-from tessera.forecaster.domain.selection import Fitted
 from tessera.forecaster.service_layer.engine import EngineConfig, SeriesForecaster
+
+from .candidates import Repeating, last_value
 
 T0 = datetime(2026, 11, 25, 4, 0, tzinfo=UTC)
 
@@ -55,26 +55,14 @@ def test_the_margin_is_seeded_before_judged_errors_and_keeps_the_newest_that_fit
     assert list(learner.errors) == [6.0, 5.0, 4.0, 1.0, 2.0]
 
 
-class Wrong:
-    """A candidate the backtest would prefer, forecasting the last value."""
-
-    name = "last"
-
-    def min_history(self, horizon: int) -> int:
-        return 2
-
-    def fit(self, history: Sequence[float], horizon: int) -> Fitted:
-        class _F:
-            def predict(self, history: Sequence[float], horizon: int) -> list[float]:
-                return [history[-1]] * horizon
-
-        return _F()
+#: a candidate the backtest would prefer, forecasting the last value
+WRONG = Repeating("last", last_value)
 
 
 def test_the_engine_serves_the_level_and_calibrates_its_margin_once() -> None:
     config = EngineConfig(horizon=12, window_steps=6, min_errors=10, margin_q=0.9, margin_window=240)
     values: list[float | None] = list(noisy_level(300, noise=1.0, shift_every=10_000))
-    engine = SeriesForecaster(config, lambda: [Wrong(), LevelSmoothing(lead=6)])
+    engine = SeriesForecaster(config, lambda: [WRONG, LevelSmoothing(lead=6)])
     first = engine.step(values, T0, 60.0)
     assert first.forecast is not None and first.forecast.model == "level"
     assert first.selection is not None and first.selection.chosen == "level"
@@ -86,7 +74,7 @@ def test_the_engine_serves_the_level_and_calibrates_its_margin_once() -> None:
     assert second.seeded == ()  # only once
     unseeded = SeriesForecaster(
         EngineConfig(horizon=12, window_steps=6, prefer=None, calibrate=False),
-        lambda: [Wrong(), LevelSmoothing(lead=6)],
+        lambda: [WRONG, LevelSmoothing(lead=6)],
     )
     plain = unseeded.step(values, T0, 60.0)
     assert plain.forecast is not None and plain.forecast.margin == 0.0 and plain.seeded == ()

@@ -4,7 +4,6 @@ and the engine serving the blend, its chooser rebuilt from the history after a r
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,8 +13,9 @@ from tessera.forecaster.config import ForecasterSettings
 from tessera.forecaster.domain.blend import WeightChooser, pinball
 from tessera.forecaster.domain.level import LevelSmoothing, smooth
 from tessera.forecaster.domain.level_cusum import LevelCusum, cusum_levels, one_step_sigma
-from tessera.forecaster.domain.selection import Fitted
 from tessera.forecaster.service_layer.engine import EngineConfig, SeriesForecaster, served_name
+
+from .candidates import Repeating
 
 T0 = datetime(2026, 11, 25, 4, 0, tzinfo=UTC)
 
@@ -85,20 +85,8 @@ def test_the_chooser_serves_the_model_until_it_has_judged_enough_and_seeds_keep_
         WeightChooser(weights=(1.5,))
 
 
-class Flat:
-    """A candidate forecasting a constant, with no calibration (the chooser cannot be seeded from it)."""
-
-    name = "flat"
-
-    def min_history(self, horizon: int) -> int:
-        return 2
-
-    def fit(self, history: Sequence[float], horizon: int) -> Fitted:
-        class _F:
-            def predict(self, history: Sequence[float], horizon: int) -> list[float]:
-                return [5.0] * horizon
-
-        return _F()
+#: a candidate forecasting a constant, with no calibration (the chooser cannot be seeded from it)
+FLAT = Repeating("flat", lambda history: 5.0)
 
 
 def walk(n: int, seed: int) -> list[float]:
@@ -116,7 +104,7 @@ def config(prefer: str = "level-cusum", blend: bool = True) -> EngineConfig:
 
 def test_the_engine_serves_the_blend_its_chooser_seeded_from_the_history_as_after_a_restart() -> None:
     values: list[float | None] = list(walk(400, seed=9))
-    engine = SeriesForecaster(config(), lambda: [Flat(), LevelCusum(lead=6)])
+    engine = SeriesForecaster(config(), lambda: [FLAT, LevelCusum(lead=6)])
     update = engine.step(values, T0, 60.0)
     assert update.forecast is not None and update.selection is not None
     assert update.selection.chosen == "level-cusum" and update.selection.score("flat") is not None
@@ -135,7 +123,7 @@ def test_the_engine_serves_the_blend_its_chooser_seeded_from_the_history_as_afte
     assert len(update.seeded) == 240
     # a restart: a new engine on the same history, the margin's errors restored from storage; the
     # chooser, whose judged origins are not stored, is rebuilt from the history to the same weight
-    restarted = SeriesForecaster(config(), lambda: [Flat(), LevelCusum(lead=6)])
+    restarted = SeriesForecaster(config(), lambda: [FLAT, LevelCusum(lead=6)])
     restarted.seed_errors(list(engine.learner.errors))
     again = restarted.step(values, T0, 60.0)
     assert again.forecast is not None and again.forecast.model == update.forecast.model
@@ -144,7 +132,7 @@ def test_the_engine_serves_the_blend_its_chooser_seeded_from_the_history_as_afte
 
 def test_without_a_calibration_the_engine_serves_the_model_alone_until_enough_origins_are_judged() -> None:
     series = walk(400, seed=9)
-    engine = SeriesForecaster(config(prefer="flat"), lambda: [Flat(), LevelCusum(lead=6)])
+    engine = SeriesForecaster(config(prefer="flat"), lambda: [FLAT, LevelCusum(lead=6)])
     names = []
     for i in range(30):
         values: list[float | None] = list(series[: 300 + i])

@@ -15,6 +15,8 @@ from tessera.forecaster.domain.selection import Fitted
 from tessera.forecaster.service_layer.engine import EngineConfig, SeriesForecaster
 from tessera.forecaster.service_layer.metric_names import MetricRef
 
+from .candidates import Repeating
+
 T0 = datetime(2026, 11, 25, 4, 0, tzinfo=UTC)
 
 
@@ -128,20 +130,13 @@ class Broken:
         raise RuntimeError("no")
 
 
-class Flat:
-    name = "flat"
+def _last_unless_diverged(history: Sequence[float]) -> float:
+    if history[-1] > 1000:
+        raise ValueError("diverged")
+    return history[-1]
 
-    def min_history(self, horizon: int) -> int:
-        return 1
 
-    def fit(self, history: Sequence[float], horizon: int) -> Fitted:
-        class _F:
-            def predict(self, history: Sequence[float], horizon: int) -> list[float]:
-                if history[-1] > 1000:
-                    raise ValueError("diverged")
-                return [history[-1]] * horizon
-
-        return _F()
+FLAT = Repeating("flat", _last_unless_diverged, history=1)
 
 
 CONFIG = EngineConfig(horizon=4, window_steps=2, backtest_origins=3, backtest_stride=2, min_errors=1)
@@ -160,7 +155,7 @@ def test_the_engine_serves_the_reactive_value_with_the_reason_when_no_model_fits
 
 
 def test_the_engine_recovers_after_a_failed_prediction_and_keeps_going_on_degraded_input() -> None:
-    engine = SeriesForecaster(CONFIG, lambda: [Flat()])
+    engine = SeriesForecaster(CONFIG, lambda: [FLAT])
     first = engine.step(SERIES, T0, 60.0)
     assert first.forecast is not None and first.forecast.model == "flat"
     failed = engine.step([*SERIES, 5000.0], T0 + timedelta(minutes=1), 60.0)
@@ -172,7 +167,7 @@ def test_the_engine_recovers_after_a_failed_prediction_and_keeps_going_on_degrad
 
 
 def test_the_engine_judges_a_forecast_once_its_window_has_passed_and_learns_the_margin() -> None:
-    engine = SeriesForecaster(CONFIG, lambda: [Flat()])
+    engine = SeriesForecaster(CONFIG, lambda: [FLAT])
     values = list(SERIES)
     engine.step(values, T0, 60.0)  # forecasts SERIES[-1] (= 5.0) for the next 2 steps
     values.append(7.0)

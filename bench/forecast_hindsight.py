@@ -29,7 +29,10 @@ from tessera.devcluster.data import GENAI_QPS, trace
 from tessera.forecaster.service_layer.engine import EngineConfig
 
 GRID_REPLICAS = 6.0
-GRID_POINTS = 241
+"""the default largest margin tried, in replicas (--grid-replicas)"""
+GRID_STEP = 0.025
+"""replicas between two margins tried"""
+GRID_POINTS = round(GRID_REPLICAS / GRID_STEP) + 1
 
 
 def block_table(sim: Simulation, block: int, margins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -69,10 +72,14 @@ def cheapest(short: np.ndarray, over: np.ndarray, allowed: int) -> tuple[int, fl
     return u, float(best[u])
 
 
-def hindsight_cost(sim: Simulation, block: int, pct: float) -> dict[str, float] | None:
-    """Mean replicas over and % of steps short at the bound; None when no margin reaches `pct`."""
+def hindsight_cost(
+    sim: Simulation, block: int, pct: float, grid_replicas: float = GRID_REPLICAS
+) -> dict[str, float] | None:
+    """Mean replicas over and % of steps short at the bound; None when no margin up to `grid_replicas`
+    reaches `pct`."""
     judged = len(sim.y) - max(sim.warmup, sim.lag)
-    margins = np.linspace(0.0, GRID_REPLICAS, GRID_POINTS) * sim.capacity
+    points = round(grid_replicas / GRID_STEP) + 1
+    margins = np.linspace(0.0, (points - 1) * GRID_STEP, points) * sim.capacity
     short, over = block_table(sim, block, margins)
     u, o = cheapest(short, over, math.floor(judged * pct / 100))
     if not math.isfinite(o):
@@ -93,6 +100,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="default",
         help="the forecaster replayed (as bench.forecast)",
     )
+    p.add_argument(
+        "--grid-replicas",
+        type=float,
+        default=GRID_REPLICAS,
+        help=f"largest margin tried, in replicas, in steps of {GRID_STEP} (default {GRID_REPLICAS:g}); "
+        "a block that needs more leaves the bound unreachable (null)",
+    )
     p.add_argument("--json", type=Path, help="write the figures here")
     args = p.parse_args(argv)
     parse_where(p, args)
@@ -103,6 +117,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--blocks and --lags take whole numbers of steps, e.g. 60,120")
     if any(v < 1 for v in [*args.blocks, *args.lags]):
         p.error("--blocks and --lags must be at least 1 step")
+    if not 0 < args.grid_replicas <= 100:
+        p.error("--grid-replicas must lie in (0, 100]")
     if not 0 <= args.pct <= 100:
         p.error("--pct must lie in [0, 100]")
     if args.warmup < max(args.lags):
@@ -122,12 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "count": args.count,
         "engine": args.engine,
         "pct": args.pct,
-        "grid_replicas": GRID_REPLICAS,
+        "grid_replicas": args.grid_replicas,
     }
     for lag in args.lags:
         sim = Simulation(y, args.warmup, lag, forecasts, seeds)
         for block in args.blocks:
-            figures = hindsight_cost(sim, block, args.pct)
+            figures = hindsight_cost(sim, block, args.pct, args.grid_replicas)
             result[f"L{lag}_block{block}"] = figures
             print(f"lag {lag}, margin per {block} steps in hindsight: {figures}")
     if args.json:

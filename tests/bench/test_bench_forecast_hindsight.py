@@ -107,3 +107,12 @@ def test_a_where_without_a_value_names_the_option(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         parse_args(["--where", "kind"])
     assert "--where 'kind': expected COL=VALUE" in capsys.readouterr().err
+
+
+def test_a_bound_the_grid_cannot_reach_is_none_and_a_wider_grid_reaches_it() -> None:
+    sim = simulation()
+    assert hindsight_cost(sim, block=T, pct=0.0, grid_replicas=0.05) is None
+    wide = hindsight_cost(sim, block=T, pct=0.0, grid_replicas=20.0)
+    assert wide is not None and wide["under_pct"] == 0.0
+    with pytest.raises(SystemExit):
+        parse_args(["--grid-replicas", "0"])

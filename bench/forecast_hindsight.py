@@ -117,8 +117,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--blocks and --lags take whole numbers of steps, e.g. 60,120")
     if any(v < 1 for v in [*args.blocks, *args.lags]):
         p.error("--blocks and --lags must be at least 1 step")
-    if not 0 < args.grid_replicas <= 100:
-        p.error("--grid-replicas must lie in (0, 100]")
+    if not GRID_STEP <= args.grid_replicas <= 100:
+        p.error(f"--grid-replicas must lie in [{GRID_STEP}, 100]")
+    args.grid_replicas = round(args.grid_replicas / GRID_STEP) * GRID_STEP  # the largest margin tried
     if not 0 <= args.pct <= 100:
         p.error("--pct must lie in [0, 100]")
     if args.warmup < max(args.lags):
@@ -135,7 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict[str, Any] = {
         "series": path.name,
         "where": args.where,
+        "time_col": args.time_col,
+        "value_col": None if args.count else (args.value_col or "value"),
         "count": args.count,
+        "step_s": args.step,
+        "warmup_steps": args.warmup,
         "engine": args.engine,
         "pct": args.pct,
         "grid_replicas": args.grid_replicas,

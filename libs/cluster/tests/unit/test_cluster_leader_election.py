@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from tessera.cluster.leader import LeaderElectionConfig, LeaderElector, LeaseRecord, default_identity
 from tessera.cluster.leader_settings import LeaderElectionSettings
-from tessera.cluster.port import ClusterError, Conflict
+from tessera.cluster.port import ClusterError, Conflict, NotFound
 
 FAST = LeaderElectionConfig(lease_duration_s=0.6, renew_deadline_s=0.4, retry_period_s=0.1)
 
@@ -443,3 +443,57 @@ async def test_a_release_never_overwrites_a_lease_another_has_taken() -> None:
     await a.stopped()
     assert lease.record is not None and lease.record.holder == "b"
     assert a.elector.leader == "b"
+
+
+class DeletedOnStop(MemoryLeaseView):
+    """The lease is deleted before the release: the API server answers 404."""
+
+    updates = 0
+
+    async def update(self, record: LeaseRecord) -> LeaseRecord:
+        if record.holder is None:
+            self.updates += 1
+            raise NotFound("leases.coordination.k8s.io not found")
+        return await super().update(record)
+
+
+async def test_a_release_of_a_deleted_lease_stops_at_once() -> None:
+    lease, timeline = MemoryLease(), []  # type: list[tuple[str, str]]
+    a = Candidate(lease, "a", timeline)
+    view = DeletedOnStop(lease, a.down)
+    a.elector = LeaderElector(view, "a", FAST, name="a")
+    a.start()
+    await until(lambda: a.elector.leading)
+    await a.stopped()
+    assert view.updates == 1 and a.elector.leader is None
+
+
+class StaleAndUnreadable(MemoryLeaseView):
+    """Every release meets a conflict and every read back fails (an overloaded API server)."""
+
+    calls = 0
+
+    async def update(self, record: LeaseRecord) -> LeaseRecord:
+        if record.holder is None:
+            self.calls += 1
+            raise Conflict("the object has been modified")
+        return await super().update(record)
+
+    async def get(self) -> LeaseRecord | None:
+        if self.calls:
+            self.calls += 1
+            raise ClusterError("429 too many requests")
+        return await super().get()
+
+
+async def test_a_release_that_keeps_failing_pauses_between_tries_and_ends_at_the_deadline() -> None:
+    lease, timeline = MemoryLease(), []  # type: list[tuple[str, str]]
+    a = Candidate(lease, "a", timeline)
+    view = StaleAndUnreadable(lease, a.down)
+    a.elector = LeaderElector(view, "a", FAST, name="a")
+    a.start()
+    await until(lambda: a.elector.leading)
+    await a.stopped()
+    # a write and a read per try, a pause of a quarter retry period between tries, for the deadline
+    tries = FAST.renew_deadline_s / (FAST.retry_period_s / 4)
+    assert 2 <= view.calls <= 2 * (tries + 1)

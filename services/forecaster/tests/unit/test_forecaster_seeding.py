@@ -86,3 +86,22 @@ def test_a_restart_seeds_the_margin_only_with_origins_before_the_restored_errors
     again = restarted.step(values, end, 60.0).seeded
     assert list(again) == pytest.approx(list(full[-240:-10]))
     assert list(restarted.learner.errors) == pytest.approx([*full[-240:-10], *restored])
+
+
+def test_origins_count_from_the_newest_reading_when_the_last_steps_are_missing() -> None:
+    values: list[float | None] = [*walk(400, seed=9), None, None]  # two stale steps, within tolerance
+    end = T0  # the grid's last step; the history the fit sees ends two steps before
+    full = SeriesForecaster(EngineConfig(), lambda: [LevelSmoothing(lead=6)]).step(values, end, 60.0).seeded
+    restarted = SeriesForecaster(EngineConfig(), lambda: [LevelSmoothing(lead=6)])
+    newest = end - 2 * STEP
+    restarted.seed_errors([0.5] * 10, since=newest - 15 * STEP, until=newest - 6 * STEP)
+    assert list(restarted.step(values, end, 60.0).seeded) == pytest.approx(list(full[-240:-10]))
+
+
+def test_errors_restored_from_before_the_whole_history_leave_the_calibration_whole() -> None:
+    values: list[float | None] = list(walk(400, seed=9))
+    full = SeriesForecaster(EngineConfig(), lambda: [LevelSmoothing(lead=6)]).step(values, T0, 60.0).seeded
+    restarted = SeriesForecaster(EngineConfig(), lambda: [LevelSmoothing(lead=6)])
+    long_ago = T0 - timedelta(days=3)  # down for longer than the training history
+    restarted.seed_errors([0.5] * 10, since=long_ago - 9 * STEP, until=long_ago)
+    assert list(restarted.step(values, T0, 60.0).seeded) == pytest.approx(list(full[-230:]))

@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from tessera.cluster.port import ClusterError, Conflict
+from tessera.cluster.port import ClusterError, Conflict, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -306,17 +306,25 @@ class LeaderElector:
         while (left := deadline - loop.time()) > 0:
             try:
                 await asyncio.wait_for(self._release_once(), timeout=left)
+            except NotFound:
+                log.info("the lease is gone: nothing to release", extra={"lease": self.name})
+                self._observed = None
+                return
             except Conflict as conflict:
                 error = conflict
                 if not await self._still_mine(deadline):
+                    log.info(
+                        "the lease is no longer this candidate's: nothing to release",
+                        extra={"lease": self.name, "holder": self.leader},
+                    )
                     return
-                continue
             except (TimeoutError, ClusterError, OSError) as failed:
                 error = failed
-                await asyncio.sleep(min(self.config.retry_period_s / 4, max(deadline - loop.time(), 0.0)))
-                continue
-            log.info("released the lease", extra={"lease": self.name, "identity": self.identity})
-            return
+            else:
+                log.info("released the lease", extra={"lease": self.name, "identity": self.identity})
+                return
+            # never back to back: a failing API server is not asked again at once
+            await asyncio.sleep(min(self.config.retry_period_s / 4, max(deadline - loop.time(), 0.0)))
         log.warning(
             "could not release the lease",
             extra={"lease": self.name, "error": (str(error) if error else "") or "timeout"},
@@ -337,9 +345,11 @@ class LeaderElector:
             left = deadline - asyncio.get_running_loop().time()
             current = await asyncio.wait_for(self.lock.get(), timeout=max(left, 0.05))
         except (TimeoutError, ClusterError, OSError):
-            return True  # unknown: try the write again while the deadline lasts
+            return True  # unknown: try the write again (after a pause) while the deadline lasts
         if current is None or current.holder != self.identity:
-            if current is not None:
+            if current is None:
+                self._observed = None
+            else:
                 self._observe(current)
             return False
         self._observe(current)

@@ -114,6 +114,9 @@ class SeriesForecaster:
     margin_from: datetime | None = None
     """the oldest origin whose judged error the margin learner holds (restored ones included): a
     calibration seeds the margin only with origins before it, so that none is counted twice"""
+    margin_until: datetime | None = None
+    """the newest restored origin, while nothing has been judged since: a calibration whose origins are
+    all newer (the forecaster was down longer than its training history) overlaps none of them"""
     chooser_from: datetime | None = None
     """the same for the chooser's judged pairs"""
 
@@ -122,11 +125,15 @@ class SeriesForecaster:
         self.learner = MarginLearner(c.margin_q, c.margin_window, c.min_errors)
         self.chooser = WeightChooser(c.margin_q, c.margin_window, c.min_errors)
 
-    def seed_errors(self, errors: Sequence[float], since: datetime | None = None) -> None:
-        """Errors kept from before a restart, oldest first; `since` is the oldest one's origin."""
+    def seed_errors(
+        self, errors: Sequence[float], since: datetime | None = None, until: datetime | None = None
+    ) -> None:
+        """Errors kept from before a restart, oldest first; `since` and `until` are the oldest and the
+        newest one's origins (without them, a calibration may seed origins these errors judged)."""
         self.learner.extend(errors)
-        if errors and since is not None:
-            self.margin_from = since if self.margin_from is None else min(since, self.margin_from)
+        if errors and since is not None and self.margin_from is None:
+            self.margin_from = since
+            self.margin_until = until
 
     def judge(
         self, values: Sequence[float | None], end: datetime, step_s: float
@@ -143,8 +150,10 @@ class SeriesForecaster:
             at_end = len(values) - offset + w - 1  # the window's last step
             actual = values[at_end] if 0 <= at_end < len(values) else None
             if actual is not None and math.isfinite(actual):
-                if math.isfinite(self.learner.observe(p.base, actual)) and self.margin_from is None:
-                    self.margin_from = p.origin
+                if math.isfinite(self.learner.observe(p.base, actual)):
+                    self.margin_until = None  # judged in this process: up to now
+                    if self.margin_from is None:
+                        self.margin_from = p.origin
                 before = len(self.chooser.pairs)
                 self.chooser.observe(actual - p.model_base, actual - p.last)
                 if len(self.chooser.pairs) != before and self.chooser_from is None:
@@ -182,7 +191,11 @@ class SeriesForecaster:
             w = self.chooser.weight()
             w_errors = [blend(m, r, w) for m, r in self._pairs(calibration, history, lead)]
             calibration = tuple(w_errors) if len(w_errors) == len(calibration) else calibration
-        calibration = calibration[: self._older(len(calibration), lead, end, step_s, self.margin_from)]
+        since = self.margin_from
+        if since is not None and self.margin_until is not None:
+            oldest = self._origin(0, len(calibration), lead, end, step_s)
+            since = None if self.margin_until < oldest else since
+        calibration = calibration[: self._older(len(calibration), lead, end, step_s, since)]
         if len(self.learner.errors) >= self.learner.window:
             return ()
         self.calibrated = True
@@ -202,12 +215,17 @@ class SeriesForecaster:
             return []
         return [(calibration[i], values[first + i + w] - values[first + i]) for i in range(n)]
 
+    def _origin(self, i: int, n: int, lead: int | None, end: datetime, step_s: float) -> datetime:
+        """The origin of the i-th of `n` calibration errors: the newest is judged at `end` (the
+        history's last step), `lead` steps (the window where not given) after its origin."""
+        steps = (lead if lead is not None else self.config.window_steps) + n - 1 - i
+        return end - timedelta(seconds=steps * step_s)
+
     def _older(self, n: int, lead: int | None, end: datetime, step_s: float, since: datetime | None) -> int:
-        """How many of the first of `n` calibration errors have origins before `since`: the newest is
-        judged at `end`, `lead` steps (the window where not given) after its origin, one origin a step."""
-        if since is None:
+        """How many of the first of `n` calibration errors have origins before `since`."""
+        if since is None or n == 0:
             return n
-        newest = end - timedelta(seconds=(lead if lead is not None else self.config.window_steps) * step_s)
+        newest = self._origin(n - 1, n, lead, end, step_s)
         newer = math.floor((newest - since).total_seconds() / step_s) + 1  # origins from `since` on
         return max(0, min(n, n - newer))
 
@@ -246,7 +264,10 @@ class SeriesForecaster:
             self.model = _Model(chosen.name, fitted, end)
             if chosen.name != selection.chosen:
                 selection = dataclasses.replace(selection, chosen=chosen.name)
-            seeded = self._calibrate(fitted, history, end, step_s)
+            stale = len(values) - next(  # steps after the newest reading, which prepare() left out
+                (i + 1 for i in range(len(values) - 1, -1, -1) if _present(values[i])), len(values)
+            )
+            seeded = self._calibrate(fitted, history, end - timedelta(seconds=stale * step_s), step_s)
             fit_s = self.clock() - started
             self.fit_seconds.append(fit_s)
         assert self.model is not None
@@ -279,6 +300,10 @@ class SeriesForecaster:
         )
         self.pending.append(_Pending(end, max(predicted[: c.window_steps]), name, model_base, history[-1]))
         return Update(forecast, None, last, selection, fit_s, judged, seeded)
+
+
+def _present(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def served_name(model: str, weight: float) -> str:

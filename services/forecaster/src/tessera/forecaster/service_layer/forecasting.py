@@ -59,7 +59,8 @@ async def forecast_round(deps: ForecasterDeps) -> int:
     for item in work:
         forecaster = deps.forecaster(item.series.id)
         if item.seed_errors:
-            forecaster.seed_errors([e for _, e in item.seed_errors], since=item.seed_errors[0][0])
+            restored = item.seed_errors
+            forecaster.seed_errors([e for _, e in restored], since=restored[0][0], until=restored[-1][0])
         updates.append((item, await asyncio.to_thread(_compute, forecaster, item)))
     forecast_count = 0
     async with deps.uow() as uow:

@@ -29,7 +29,10 @@ ADMIN_TOKEN_FILE = "admin-token"
 #: statuses every command reports the same way (a command handles 404, 409, 422 itself)
 _REPORTED_BY_ALL = frozenset({401, 403, 413, 429})
 
-err = Console(stderr=True)
+
+def err() -> Console:
+    """Standard error, as wide as the terminal (or COLUMNS) is when it is written."""
+    return Console(stderr=True)
 
 
 @dataclass
@@ -137,7 +140,7 @@ def fail(response: httpx.Response) -> typer.Exit:
     """Print ``error CODE: message; advice`` and return the exit to raise."""
     line = f"error {response.status_code}: {error_message(response)}"
     hint = advice(response)
-    err.print(f"[red]{escape(line)}[/]" + (f"; {escape(hint)}" if hint else ""), soft_wrap=True)
+    err().print(f"[red]{escape(line)}[/]" + (f"; {escape(hint)}" if hint else ""), soft_wrap=True)
     return typer.Exit(1)
 
 
@@ -161,7 +164,7 @@ def unreachable(url: str, exc: httpx.HTTPError) -> typer.Exit:
         why = "it did not answer in time"
     else:
         why = f"{type(exc).__name__}: {exc}"
-    err.print(f"[red]cannot reach {escape(url)}[/]: {escape(why)}", soft_wrap=True)
+    err().print(f"[red]cannot reach {escape(url)}[/]: {escape(why)}", soft_wrap=True)
     return typer.Exit(2)
 
 

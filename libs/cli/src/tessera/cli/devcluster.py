@@ -135,7 +135,11 @@ app = typer.Typer(
     help="The devcluster: a simulated GPU cluster on this machine (started by `tessera up`).",
     no_args_is_help=True,
 )
-console = Console()
+
+
+def console() -> Console:
+    """Standard output, as wide as the terminal (or COLUMNS) is when it is written."""
+    return Console()
 
 
 def default_data_dir() -> Path:
@@ -293,7 +297,7 @@ def _replay_gangs(
     try:
         pods = load_trace(trace, skip=skip, limit=limit)
     except TraceError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console().print(f"[red]error:[/] {exc}")
         return 2
     with httpx.Client(timeout=30) as http:
         create = http_pod_creator(
@@ -320,9 +324,9 @@ def nvml(
     url = devcluster_url(_kubeconfig(kubeconfig))
     answer = httpx.get(f"{url}/nvml" + (f"/{node}" if node else ""), timeout=10)
     if answer.status_code != 200:
-        console.print(f"[red]error:[/] {answer.status_code}: {answer.text}")
+        console().print(f"[red]error:[/] {answer.status_code}: {answer.text}")
         raise typer.Exit(1)
-    console.print_json(answer.text)
+    console().print_json(answer.text)
 
 
 @app.command()
@@ -334,7 +338,7 @@ def layout(kubeconfig: KubeconfigOption = DEFAULT_KUBECONFIG) -> None:
     url = devcluster_url(_kubeconfig(kubeconfig))
     answer = httpx.get(f"{url}/api/v1/nodes", timeout=10)
     if answer.status_code != 200:
-        console.print(f"[red]error:[/] {answer.status_code}: {answer.text}")
+        console().print(f"[red]error:[/] {answer.status_code}: {answer.text}")
         raise typer.Exit(1)
     print(render(gpu_rows(answer.json().get("items") or [])))
 
@@ -411,6 +415,6 @@ def fault(
     url = f"{devcluster_url(_kubeconfig(kubeconfig))}/faults/{node}"
     answer = httpx.delete(url, timeout=10) if clear else httpx.post(url, json=body, timeout=10)
     if answer.status_code != 200:
-        console.print(f"[red]error:[/] {answer.status_code}: {answer.text}")
+        console().print(f"[red]error:[/] {answer.status_code}: {answer.text}")
         raise typer.Exit(1)
-    console.print_json(answer.text)
+    console().print_json(answer.text)

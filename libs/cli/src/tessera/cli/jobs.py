@@ -21,8 +21,17 @@ from tessera.cli.explain import explain as explain_job
 from tessera.cli.explain import render
 
 app = typer.Typer(help="Submit and inspect jobs.", no_args_is_help=True)
-console = Console()
-err = Console(stderr=True)
+
+
+def console() -> Console:
+    """Standard output, as wide as the terminal (or COLUMNS) is when it is written."""
+    return Console()
+
+
+def err() -> Console:
+    """Standard error, as wide as the terminal (or COLUMNS) is when it is written."""
+    return Console(stderr=True)
+
 
 ApiOption = Annotated[
     str | None,
@@ -133,7 +142,7 @@ def submit(
                 if response.status_code != 503 or attempt > retries:
                     break
                 why, wait = error_message(response), retry_wait(response)
-            err.print(
+            err().print(
                 f"admission is unavailable ({escape(why)}); trying again in {wait:g}s ({attempt} of {retries})",
                 soft_wrap=True,
             )
@@ -143,11 +152,11 @@ def submit(
     body = response.json()
     if response.status_code == 422:
         stored = f" {body['job_id']}" if body.get("job_id") else ""  # an invalid spec is not stored
-        err.print(f"[red]rejected[/] job{stored}: {body.get('message', '')}")
+        err().print(f"[red]rejected[/] job{stored}: {body.get('message', '')}")
         for error in body.get("errors", []):
-            err.print(f"  {error['field']}: {error['reason']}")
+            err().print(f"  {error['field']}: {error['reason']}")
         raise typer.Exit(1)
-    console.print(body["id"])
+    console().print(body["id"])
 
 
 @app.command()
@@ -163,29 +172,29 @@ def get(
         except httpx.HTTPError as exc:
             raise _fail_unreachable(str(client.base_url), exc) from exc
     if response.status_code == 404:
-        err.print(f"[red]no job with id {job_id}[/]")
+        err().print(f"[red]no job with id {job_id}[/]")
         raise typer.Exit(1)
     fail_on_error(response)
     job = response.json()
     if as_json:
-        console.print_json(data=job)
+        console().print_json(data=job)
         return
-    console.print(
+    console().print(
         f"[bold]{job['name']}[/] ({job['id']}) tenant={job['tenant']} queue={job['queue']} "
         f"state=[bold]{job['state']}[/]"
     )
     if job.get("waiting"):
-        console.print(f"waiting: [bold]{job['waiting']['reason']}[/]: {job['waiting']['message']}")
+        console().print(f"waiting: [bold]{job['waiting']['reason']}[/]: {job['waiting']['message']}")
     table = Table("at", "state", "reason")
     for step in job["history"]:
         table.add_row(step["at"], step["state"], step["reason"])
-    console.print(table)
+    console().print(table)
     if job.get("kubernetes"):
         kube = job["kubernetes"]
         made = Table("kind", "name", title=f"Kubernetes objects in {kube['namespace']}: {kube['state']}")
         for obj in kube["objects"]:
             made.add_row(obj["kind"], obj["name"])
-        console.print(made)
+        console().print(made)
     if job.get("checkpoints"):
         saved = Table(
             "saved at", "step", "bytes", "uri", title="checkpoints, newest first (it resumes from the first)"
@@ -194,7 +203,7 @@ def get(
             saved.add_row(
                 checkpoint["at"], str(checkpoint["step"]), f"{checkpoint['bytes']:,}", checkpoint["uri"]
             )
-        console.print(saved)
+        console().print(saved)
 
 
 @app.command()
@@ -211,15 +220,15 @@ def explain(
         except httpx.HTTPError as exc:
             raise _fail_unreachable(str(client.base_url), exc) from exc
     if response.status_code == 404:
-        err.print(f"[red]no job with id {escape(job_id)}[/]: check the id with `tessera jobs list`")
+        err().print(f"[red]no job with id {escape(job_id)}[/]: check the id with `tessera jobs list`")
         raise typer.Exit(1)
     fail_on_error(response)
     explanation = explain_job(response.json())
     if as_json:
-        console.print_json(data=explanation.to_json())
+        console().print_json(data=explanation.to_json())
         return
     for line in render(explanation):
-        console.print(escape(line), highlight=False, soft_wrap=True)
+        console().print(escape(line), highlight=False, soft_wrap=True)
 
 
 @app.command("list")
@@ -244,7 +253,7 @@ def list_jobs(
     table = Table("id", "name", "tenant", "queue", "state", "submitted")
     for job in response.json():
         table.add_row(job["id"], job["name"], job["tenant"], job["queue"], job["state"], job["submitted_at"])
-    console.print(table)
+    console().print(table)
 
 
 @app.command()
@@ -256,4 +265,4 @@ def cancel(job_id: Annotated[str, typer.Argument(help="the job's id")], api: Api
         except httpx.HTTPError as exc:
             raise _fail_unreachable(str(client.base_url), exc) from exc
     fail_on_error(response)
-    console.print(f"cancelled {job_id}")
+    console().print(f"cancelled {job_id}")

@@ -26,7 +26,11 @@ app.add_typer(contracts_app, name="contracts")
 app.add_typer(devcluster.app, name="devcluster")
 app.add_typer(usage.app, name="usage")
 up.register(app)
-console = Console()
+
+
+def console() -> Console:
+    """Standard output, as wide as the terminal (or COLUMNS) is when it is written."""
+    return Console()
 
 
 @app.callback()
@@ -50,7 +54,7 @@ def export_contracts(directory: Annotated[Path, typer.Argument(help="where to wr
     from tessera.contracts.export import export
 
     for path in export(directory):
-        console.print(f"wrote {path}")
+        console().print(f"wrote {path}")
 
 
 @app.command()
@@ -92,9 +96,9 @@ def migrate(
             migrate_one(name, database_url)
         except DBAPIError as exc:  # the database answered, and refused: a wrong password, no such database
             reason = str(exc.orig or exc).strip().splitlines()[0]
-            err.print(f"[red]error[/]: cannot migrate {name}: {escape(reason)}", soft_wrap=True)
+            err().print(f"[red]error[/]: cannot migrate {name}: {escape(reason)}", soft_wrap=True)
             raise typer.Exit(1) from exc
-        console.print(f"migrated [bold]{name}[/]")
+        console().print(f"migrated [bold]{name}[/]")
 
 
 def main() -> None:
@@ -102,8 +106,8 @@ def main() -> None:
     try:
         app()
     except httpx.HTTPError as exc:
-        err.print(f"[red]error[/]: {escape(type(exc).__name__)}: {escape(str(exc))}", soft_wrap=True)
+        err().print(f"[red]error[/]: {escape(type(exc).__name__)}: {escape(str(exc))}", soft_wrap=True)
         sys.exit(2)
     except (OSError, ValueError) as exc:  # an unreadable or malformed endpoints.json, a bad file
-        err.print(f"[red]error[/]: {escape(str(exc))}", soft_wrap=True)
+        err().print(f"[red]error[/]: {escape(str(exc))}", soft_wrap=True)
         sys.exit(1)

@@ -18,7 +18,11 @@ app = typer.Typer(
     "is on; a tenant's token sees its own queue only).",
     no_args_is_help=True,
 )
-console = Console()
+
+
+def console() -> Console:
+    """Standard output, as wide as the terminal (or COLUMNS) is when it is written."""
+    return Console()
 
 
 @app.command()
@@ -39,7 +43,7 @@ def apply(
             raise _fail_unreachable(str(client.base_url), exc) from exc
     fail_on_error(response)
     counts = response.json()
-    console.print(", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()))
+    console().print(", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()))
 
 
 def _status(client: httpx.Client, name: str) -> dict[str, Any]:
@@ -67,7 +71,7 @@ def status(
         except httpx.HTTPError as exc:
             raise _fail_unreachable(str(client.base_url), exc) from exc
     if not found:
-        console.print(
+        console().print(
             "no queues to show: none is configured (open mode: admission admits every valid job), "
             "or none is this token's tenant's"
         )
@@ -93,4 +97,4 @@ def status(
                 str(q["pending"]) if first else "",
                 str(q["admitted"]) if first else "",
             )
-    console.print(table)
+    console().print(table)

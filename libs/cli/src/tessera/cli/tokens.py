@@ -20,8 +20,17 @@ from tessera.cli.client import ADMIN_TOKEN_FILE, fail_on_error
 from tessera.cli.jobs import ApiOption, _client, _fail_unreachable
 
 app = typer.Typer(help="Bearer tokens that let a tenant use admission (admin token).", no_args_is_help=True)
-console = Console()
-err = Console(stderr=True)
+
+
+def console() -> Console:
+    """Standard output, as wide as the terminal (or COLUMNS) is when it is written."""
+    return Console()
+
+
+def err() -> Console:
+    """Standard error, as wide as the terminal (or COLUMNS) is when it is written."""
+    return Console(stderr=True)
+
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^(\d+)([smhd]?)$")
@@ -70,9 +79,9 @@ def create(
     if expires_at is not None:
         body["expires_at"] = (expires_at if expires_at.tzinfo else expires_at.replace(tzinfo=UTC)).isoformat()
     made = _call(api, lambda client: client.post("/v1/tokens", json=body))
-    console.print(made["token"], soft_wrap=True)
+    console().print(made["token"], soft_wrap=True)
     until = f"expires {made['expires_at']}" if made.get("expires_at") else "does not expire"
-    err.print(f"token {made['id']} for tenant {escape(tenant)}; {until}", soft_wrap=True)
+    err().print(f"token {made['id']} for tenant {escape(tenant)}; {until}", soft_wrap=True)
 
 
 @app.command("list")
@@ -93,7 +102,7 @@ def list_tokens(
             t["expires_at"] or "",
             t["revoked_at"] or "",
         )
-    console.print(table)
+    console().print(table)
 
 
 @app.command()
@@ -103,7 +112,7 @@ def revoke(
 ) -> None:
     """Revoke a token: from now on admission answers it 401."""
     revoked = _call(api, lambda client: client.post(f"/v1/tokens/{token_id}/revoke"))
-    console.print(f"revoked {revoked['id']} (tenant {escape(revoked['tenant'] or '(admin)')})")
+    console().print(f"revoked {revoked['id']} (tenant {escape(revoked['tenant'] or '(admin)')})")
 
 
 def with_admin_token(migrate: Callable[[str], None], state_dir: Path, show: Console) -> Callable[[str], None]:

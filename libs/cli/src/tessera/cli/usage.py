@@ -23,8 +23,17 @@ app = typer.Typer(
     help="GPU-hours allocated, used and idle, and their cost, per tenant, queue, job or flavor.",
     invoke_without_command=True,
 )
-console = Console()
-err = Console(stderr=True)
+
+
+def console() -> Console:
+    """Standard output, as wide as the terminal (or COLUMNS) is when it is written."""
+    return Console()
+
+
+def err() -> Console:
+    """Standard error, as wide as the terminal (or COLUMNS) is when it is written."""
+    return Console(stderr=True)
+
 
 _RELATIVE = re.compile(r"^-?(?P<n>\d+(\.\d+)?)(?P<unit>[smhdw])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -86,7 +95,7 @@ def fetch(
     try:
         response = httpx.get(f"{base}{path}", params=params, headers=headers, timeout=30)
     except httpx.HTTPError as exc:
-        err.print(f"[red]telemetry at {base} does not answer[/]: {exc}. Is the stack up (tessera up)?")
+        err().print(f"[red]telemetry at {base} does not answer[/]: {exc}. Is the stack up (tessera up)?")
         raise typer.Exit(1) from exc
     if response.status_code >= 400:
         try:
@@ -95,7 +104,7 @@ def fetch(
             detail = response.text
         if isinstance(detail, list):  # validation errors: where, and why
             detail = "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in detail if isinstance(e, dict))
-        err.print(f"[red]error {response.status_code}[/]: {detail}")
+        err().print(f"[red]error {response.status_code}[/]: {detail}")
         raise typer.Exit(1)
     body: dict[str, Any] = response.json()
     return body
@@ -133,21 +142,21 @@ def render(body: dict[str, Any]) -> None:
     scope = f" (tenant {body['tenant']})" if body.get("tenant") else ""
     period = f"{body['from'][:16]} .. {body['to'][:16]} UTC"
     if not body["rows"]:
-        console.print(f"No GPU usage by {by}{scope} from {period}.")
+        console().print(f"No GPU usage by {by}{scope} from {period}.")
         return
-    console.print(usage_table(body, f"GPU usage by {by}{scope}, {period}", body["rows"], by))
+    console().print(usage_table(body, f"GPU usage by {by}{scope}, {period}", body["rows"], by))
     rows = body["rows"]
     allocated = sum(r["allocated_gpu_hours"] for r in rows)
     used = sum(r["used_gpu_hours"] for r in rows)
     idle = sum(r["idle_gpu_hours"] for r in rows)
     cost = sum(r["cost"] for r in rows)
     share = 100 * used / allocated if allocated else 0.0
-    console.print(
+    console().print(
         f"total: {_hours(allocated)} GPU-h allocated, {_hours(used)} used ({share:.1f}%), "
         f"{_hours(idle)} idle, {cost:,.2f} {body.get('currency', 'USD')}"
     )
     if body.get("top_wasters"):
-        console.print(usage_table(body, "Top wasters (jobs by idle GPU-hours)", body["top_wasters"], "job"))
+        console().print(usage_table(body, "Top wasters (jobs by idle GPU-hours)", body["top_wasters"], "job"))
 
 
 @app.callback()
@@ -167,7 +176,7 @@ def usage(
         return
     body = fetch(by, start, end, tenant, top, api)
     if as_json:
-        console.print_json(json.dumps(body))
+        console().print_json(json.dumps(body))
         return
     render(body)
 
@@ -188,11 +197,11 @@ def report(
         raise typer.BadParameter("give --png FILE, --json, or both", param_hint="--png")
     body = fetch(by, start, end, tenant, top, api, path="/v1/usage/series")
     if as_json:
-        console.print_json(json.dumps(body))
+        console().print_json(json.dumps(body))
     if png is not None:
         write_series_png(body, png)
         if not as_json:
-            console.print(f"wrote {png}")
+            console().print(f"wrote {png}")
 
 
 def _naive_utc(text: str) -> datetime:

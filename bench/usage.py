@@ -329,8 +329,7 @@ def write_report(rows: list[Any], start: datetime, end: datetime, directory: Pat
     }
     directory.mkdir(parents=True, exist_ok=True)
     console = Console(record=True, width=120)
-    cli.console = console
-    cli.render(body)
+    cli.render(body, console)
     (directory / "usage-by-tenant.txt").write_text(console.export_text())
     # the chart of `tessera usage report`: GET /v1/usage/series's answer, built from the same rows
     sums = hour_sums(rows, GroupBy.TENANT)

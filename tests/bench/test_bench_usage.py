@@ -41,8 +41,15 @@ def test_bench_usage_slice_is_stored_accurately_and_replays_idempotently(
 ) -> None:
     out = tmp_path / "usage.json"
     # an hour and a half: the first hour is closed and dropped from memory, so what is checked was read back
-    usage.main(["--hours", "1.5", "--database-url", postgres_server.url, "--json", str(out)])
+    report = tmp_path / "report"
+    usage.main(
+        ["--hours", "1.5", "--database-url", postgres_server.url, "--json", str(out), "--report", str(report)]
+    )
     result = json.loads(out.read_text())
+    # the report: the table `tessera usage` prints, saved as text, and its chart
+    table = (report / "usage-by-tenant.txt").read_text()
+    assert "GPU usage by tenant" in table and "total:" in table
+    assert (report / "usage-by-tenant.png").stat().st_size > 0
 
     assert result.keys() >= FIELDS
     assert result["rounds"] == 540

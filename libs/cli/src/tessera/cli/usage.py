@@ -137,26 +137,28 @@ def usage_table(body: dict[str, Any], title: str, rows: list[dict[str, Any]], by
     return table
 
 
-def render(body: dict[str, Any]) -> None:
+def render(body: dict[str, Any], out: Console | None = None) -> None:
+    """The report as tables and a total line, on `out` (standard output by default)."""
+    out = out or console()
     by = body["by"]
     scope = f" (tenant {body['tenant']})" if body.get("tenant") else ""
     period = f"{body['from'][:16]} .. {body['to'][:16]} UTC"
     if not body["rows"]:
-        console().print(f"No GPU usage by {by}{scope} from {period}.")
+        out.print(f"No GPU usage by {by}{scope} from {period}.")
         return
-    console().print(usage_table(body, f"GPU usage by {by}{scope}, {period}", body["rows"], by))
+    out.print(usage_table(body, f"GPU usage by {by}{scope}, {period}", body["rows"], by))
     rows = body["rows"]
     allocated = sum(r["allocated_gpu_hours"] for r in rows)
     used = sum(r["used_gpu_hours"] for r in rows)
     idle = sum(r["idle_gpu_hours"] for r in rows)
     cost = sum(r["cost"] for r in rows)
     share = 100 * used / allocated if allocated else 0.0
-    console().print(
+    out.print(
         f"total: {_hours(allocated)} GPU-h allocated, {_hours(used)} used ({share:.1f}%), "
         f"{_hours(idle)} idle, {cost:,.2f} {body.get('currency', 'USD')}"
     )
     if body.get("top_wasters"):
-        console().print(usage_table(body, "Top wasters (jobs by idle GPU-hours)", body["top_wasters"], "job"))
+        out.print(usage_table(body, "Top wasters (jobs by idle GPU-hours)", body["top_wasters"], "job"))
 
 
 @app.callback()

@@ -3,6 +3,7 @@ calibration (so neither the margin nor the chooser can be seeded from their fit)
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -34,3 +35,12 @@ class Repeating:
 
 def last_value(history: Sequence[float]) -> float:
     return history[-1]
+
+
+def walk(n: int, seed: int) -> list[float]:
+    """A random walk well above zero: the last value forecasts it best."""
+    rng = random.Random(seed)
+    out = [50.0]
+    for _ in range(n - 1):
+        out.append(max(1.0, out[-1] + rng.gauss(0.0, 2.0)))
+    return out

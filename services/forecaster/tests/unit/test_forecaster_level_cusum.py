@@ -15,7 +15,7 @@ from tessera.forecaster.domain.level import LevelSmoothing, smooth
 from tessera.forecaster.domain.level_cusum import LevelCusum, cusum_levels, one_step_sigma
 from tessera.forecaster.service_layer.engine import EngineConfig, SeriesForecaster, served_name
 
-from .candidates import Repeating
+from .candidates import Repeating, walk
 
 T0 = datetime(2026, 11, 25, 4, 0, tzinfo=UTC)
 
@@ -87,15 +87,6 @@ def test_the_chooser_serves_the_model_until_it_has_judged_enough_and_seeds_keep_
 
 #: a candidate forecasting a constant, with no calibration (the chooser cannot be seeded from it)
 FLAT = Repeating("flat", lambda history: 5.0)
-
-
-def walk(n: int, seed: int) -> list[float]:
-    """A random walk well above zero: the last value forecasts it best."""
-    rng = random.Random(seed)
-    out = [50.0]
-    for _ in range(n - 1):
-        out.append(max(1.0, out[-1] + rng.gauss(0.0, 2.0)))
-    return out
 
 
 def config(prefer: str = "level-cusum", blend: bool = True) -> EngineConfig:

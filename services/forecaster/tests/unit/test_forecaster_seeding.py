@@ -3,7 +3,6 @@ only origins older than the first judged (or restored) one are seeded."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -13,16 +12,10 @@ from tessera.forecaster.domain.level import LevelSmoothing
 from tessera.forecaster.domain.selection import Fitted
 from tessera.forecaster.service_layer.engine import EngineConfig, SeriesForecaster
 
+from .candidates import walk
+
 T0 = datetime(2026, 11, 25, 4, 0, tzinfo=UTC)
 STEP = timedelta(minutes=1)
-
-
-def walk(n: int, seed: int) -> list[float]:
-    rng = random.Random(seed)
-    out = [50.0]
-    for _ in range(n - 1):
-        out.append(max(1.0, out[-1] + rng.gauss(0.0, 2.0)))
-    return out
 
 
 class Predicts:

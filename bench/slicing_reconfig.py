@@ -16,17 +16,28 @@ Reported, per pod: created -> `layout_planned` -> MIG manager `success` -> bound
 seconds; slicing's demand window (`--idle-s` after the last demand signal, 10 s by default as in
 production) is part of the wait and is shown on its own. Pods disturbed: running pods that were
 deleted, evicted, moved or ended while it happened (the goal is 0).
+
+`--forecast-every S` publishes the same `forecast_updated` (no GPU demand) every S seconds during the
+run, as a forecaster does each step. `--compare-window` then runs the path twice per repetition
+(`--repeat`, ABBA): with slicing's window as it is (a repeated input opens a window but does not hold
+it open) and with the window as it was before (every input held it open, so a source repeating
+itself within `--idle-s` made every plan wait the whole `--window-s`).
+
+    python -m bench.slicing_reconfig --forecast-every 1 --compare-window --repeat 2 --json bench/results/slicing_reconfig_window_compare.json
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +50,10 @@ from tessera.cluster.conventions.assignment import encode_assignment
 from tessera.cluster.conventions.names import GPU_ASSIGNMENT_ANNOTATION
 from tessera.cluster.domain.allocation import DeviceAssignment, GpuShare
 from tessera.contracts import subjects
+from tessera.contracts.envelope import encode
+from tessera.contracts.events import ForecastUpdated, ShapeDemand
 from tessera.core.db.migrations import migrate
+from tessera.core.messaging.streams import StreamLimits, ensure_stream
 from tessera.devcluster.apiserver import NODES, PODS
 from tessera.devcluster.runner import DevCluster
 from tessera.devcluster.sim.context import SimSettings
@@ -47,12 +61,58 @@ from tessera.scheduler import bootstrap as scheduler_bootstrap
 from tessera.scheduler.config import SchedulerSettings
 from tessera.slicing import bootstrap as slicing_bootstrap
 from tessera.slicing.config import SlicingSettings
+from tessera.slicing.domain.demand import DemandWindow, Signal
+from tessera.testing.infra import create_database, drop_database, with_database
 from tessera.testing.services import read_stream, reset_jetstream, running, settings_for
 
 NODE_GPUS = 8
 
 
-async def run(args: argparse.Namespace, nats_url: str, database_url: str) -> dict[str, Any]:
+class WindowAsBefore(DemandWindow):
+    """Slicing's demand window before repeats stopped holding it open: every input is new."""
+
+    def _is_new(self, signal: Signal) -> bool:
+        return True
+
+
+@contextlib.contextmanager
+def window_as_before(before: bool) -> Iterator[None]:
+    """Slicing's bootstrap builds `WindowAsBefore` while this is entered with `before`."""
+    if not before:
+        yield
+        return
+    slicing_bootstrap.DemandWindow = WindowAsBefore  # type: ignore[attr-defined,misc]
+    try:
+        yield
+    finally:
+        slicing_bootstrap.DemandWindow = DemandWindow  # type: ignore[attr-defined]
+
+
+@contextlib.asynccontextmanager
+async def _with(context: contextlib.AbstractContextManager[None]) -> AsyncIterator[None]:
+    with context:
+        yield
+
+
+async def repeat_forecast(nats_url: str, every_s: float) -> None:
+    """Publish the same forecast (no GPU demand) every `every_s` seconds until cancelled."""
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        await ensure_stream(js, "forecaster", StreamLimits())
+        while True:
+            demand = [ShapeDemand(shape="A100-80GB", expected=0.0, served=0.0, source="forecast")]
+            message = ForecastUpdated(at=datetime.now(UTC), window_s=60.0, demand=demand)
+            subject, headers, body = encode(message, "bench.slicing_reconfig")
+            await js.publish(subject, body, headers=headers)
+            await asyncio.sleep(every_s)
+    finally:
+        await nc.close()
+
+
+async def run(
+    args: argparse.Namespace, nats_url: str, database_url: str, window_before: bool = False
+) -> dict[str, Any]:
     await reset_jetstream(nats_url)
     for schema in ("scheduler", "slicing"):
         await asyncio.to_thread(migrate, schema, database_url)
@@ -72,8 +132,14 @@ async def run(args: argparse.Namespace, nats_url: str, database_url: str) -> dic
             tick_s=0.2,
             planning={"window_s": args.window_s, "idle_s": args.idle_s},
         )
+        forecasts = (
+            asyncio.create_task(repeat_forecast(nats_url, args.forecast_every))
+            if args.forecast_every
+            else None
+        )
         async with (
             running(scheduler_bootstrap.build(scheduler), scheduler),
+            _with(window_as_before(window_before)),  # slicing builds its window as it starts
             running(slicing_bootstrap.build(slicing), slicing),
         ):
             created: dict[str, float] = {}
@@ -101,6 +167,10 @@ async def run(args: argparse.Namespace, nats_url: str, database_url: str) -> dic
             planned = await _events(nats_url, subjects.LAYOUT_PLANNED)
             done = await _events(nats_url, subjects.RECONFIGURED)
             failed = await _events(nats_url, subjects.RECONFIG_FAILED)
+        if forecasts is not None:
+            forecasts.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await forecasts
         disturbed = [p for p in busy if _phase(cluster, p) != "Running" or _where(cluster, p) != before[p]]
     start = min(created.values())
     per_pod: list[dict[str, Any]] = [
@@ -121,7 +191,8 @@ async def run(args: argparse.Namespace, nats_url: str, database_url: str) -> dic
         "bound_s_median": round(statistics.median(waits), 2) if waits else None,
         "bound_s_max": round(max(waits), 2) if waits else None,
         "mig_success_s": {node: round(at - start, 2) for node, at in sorted(success_at.items())},
-        "window": {"window_s": args.window_s, "idle_s": args.idle_s},
+        "window": {"window_s": args.window_s, "idle_s": args.idle_s, "as_before": window_before},
+        "forecast_every_s": args.forecast_every,
         "mig_manager_s": args.mig_seconds,
         "operations": {
             "planned": len(planned),
@@ -174,6 +245,41 @@ async def _events(nats_url: str, subject: str) -> list[Any]:
         await nc.close()
 
 
+async def compare(args: argparse.Namespace, nats_url: str, database_url: str) -> dict[str, Any]:
+    """Each repetition runs the window as before and as it is, alternating which goes first."""
+    pairs: list[dict[str, dict[str, Any]]] = []
+    for rep in range(args.repeat):
+        pair: dict[str, dict[str, Any]] = {}
+        for before in (True, False) if rep % 2 == 0 else (False, True):
+            label = "before" if before else "after"
+            print(f"[{rep + 1}/{args.repeat}] window {label} ...", file=sys.stderr, flush=True)
+            # a database of its own: slicing resumes from the last snapshot it recorded, and the
+            # scheduler knows the pods' names from the run before
+            name = await asyncio.to_thread(create_database, database_url)
+            try:
+                url = with_database(database_url, name)
+                pair[label] = await run(args, nats_url, url, window_before=before)
+            finally:
+                await asyncio.to_thread(drop_database, database_url, name)
+        pairs.append(pair)
+
+    def medians(label: str) -> float | None:
+        waits = [p[label]["bound_s_median"] for p in pairs if p[label]["bound_s_median"] is not None]
+        return round(statistics.median(waits), 2) if waits else None
+
+    ratios = [
+        round(p["after"]["bound_s_median"] / p["before"]["bound_s_median"], 3)
+        for p in pairs
+        if p["after"]["bound_s_median"] and p["before"]["bound_s_median"]
+    ]
+    return {
+        "bound_s_median": {"before": medians("before"), "after": medians("after")},
+        "after_over_before_per_repetition": ratios,
+        "forecast_every_s": args.forecast_every,
+        "pairs": pairs,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.slicing_reconfig",
@@ -198,10 +304,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--timeout-s", type=float, default=180.0, help="give up after this long (default 180)"
     )
+    parser.add_argument(
+        "--forecast-every",
+        type=float,
+        default=0.0,
+        help="publish the same forecast_updated every this many seconds during the run (default 0: none)",
+    )
+    parser.add_argument(
+        "--compare-window",
+        action="store_true",
+        help="run each repetition with slicing's window as it was before too, ABBA, and report both",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="repetitions with --compare-window (default 1)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--nats-url", help="an existing NATS with JetStream (default: start an embedded one)")
     parser.add_argument("--database-url", help="an existing PostgreSQL (default: start an embedded one)")
     args = parser.parse_args(argv)
+    if args.forecast_every < 0 or args.repeat < 1:
+        parser.error("--forecast-every must be >= 0 and --repeat >= 1")
     from tessera.testing.infra import resolve_nats, resolve_postgres
 
     handles = []
@@ -217,7 +337,10 @@ def main(argv: list[str] | None = None) -> None:
         handles.append(pg)
         database_url = pg.url
     try:
-        result = asyncio.run(run(args, nats_url, database_url))
+        if args.compare_window:
+            result = asyncio.run(compare(args, nats_url, database_url))
+        else:
+            result = asyncio.run(run(args, nats_url, database_url))
     finally:
         for h in handles:
             h.close()
@@ -226,8 +349,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(text + "\n")
-    if result["pods_bound"] < args.pods:
-        print(f"only {result['pods_bound']} of {args.pods} pods bound", file=sys.stderr)
+    runs = [r for pair in result["pairs"] for r in pair.values()] if args.compare_window else [result]
+    for one in runs:
+        if one["pods_bound"] < args.pods:
+            print(f"only {one['pods_bound']} of {args.pods} pods bound", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,49 @@ def test_a_steady_trickle_still_closes_at_sixty_seconds() -> None:
     assert batch is not None and batch.pending == {ONE_GPU: 13}
 
 
+def test_repeats_open_a_window_but_do_not_hold_it_open() -> None:
+    """A forecast republished every second with the same demand, as the forecaster does each step,
+    no longer keeps a MIG pod's plan waiting the whole 60 s: 10 s after the last new input it closes."""
+    window = DemandWindow()
+    same = (("A100-80GB", 0.0),)
+    window.add(ForecastDemand(0.0, same))  # opens the window
+    window.add(GangBlocked(2.0, "default/wants-3g", ((MIG_3G, 1),)))
+    window.add(PendingDemand(2.0, ((MIG_3G, 1),)))
+    for t in range(3, 30):
+        window.add(ForecastDemand(float(t), same))
+        window.add(PendingDemand(float(t), ((MIG_3G, 1),)))  # the same snapshot again
+        window.add(GangBlocked(float(t), "default/wants-3g", ((MIG_3G, 1),)))  # ignored: in the snapshot
+        window.add(GpuIdleSignal(float(t), "n1", 0, 1.0 + t / 100))  # n1's GPU 0 is new only once
+        if window.due(float(t)):
+            break
+    assert t == 13  # 10 s after the last new input (n1's GPU 0 idle, at 3 s), not at 60 s
+    batch = window.close(13.0)
+    assert batch is not None and batch.pending == {MIG_3G: 1} and batch.signals == 3 + 4 * 11
+    # a repeat still opens the next window, so what waits is planned again
+    window.add(ForecastDemand(40.0, same))
+    assert window.is_open and window.next_due() == 50.0
+
+
+def test_inputs_that_change_the_demand_hold_the_window_open() -> None:
+    window = DemandWindow()
+    window.add(PendingDemand(0.0, ((MIG_3G, 1),)))
+    changes = [
+        PendingDemand(8.0, ((MIG_3G, 2),)),  # other counts
+        GangBlocked(16.0, "a", ((ONE_GPU, 1),)),  # a gang newer than the snapshot
+        GangBlocked(24.0, "a", ((ONE_GPU, 2),)),  # the same gang on other shapes
+        ForecastDemand(32.0, (("3g.40gb", 0.4),)),  # a first forecast
+        ForecastDemand(40.0, (("3g.40gb", 0.9),)),  # 1 instance, then 3: other pod counts
+        GpuIdleSignal(48.0, "n1", 0, 0.5),
+    ]
+    for signal in changes:
+        assert not window.due(signal.at)
+        window.add(signal)
+    assert window.next_due() == 58.0
+    # a forecast whose value moves but asks for the same pods is a repeat
+    window.add(ForecastDemand(50.0, (("3g.40gb", 0.95),)))
+    assert window.next_due() == 58.0
+
+
 def test_gangs_already_in_a_snapshot_are_not_counted_twice() -> None:
     window = DemandWindow()
     window.add(GangBlocked(1.0, "a", ((ONE_GPU, 2),)))

@@ -64,7 +64,7 @@ class PlanningSettings(BaseModel):
     """When the planner runs and how eagerly it changes layouts."""
 
     window_s: float = Field(60.0, gt=0, description="a demand window closes this long after it opened")
-    idle_s: float = Field(10.0, gt=0, description="or this long after its last signal")
+    idle_s: float = Field(10.0, gt=0, description="or this long after the last signal new to it")
     reconfigure_minutes: float = Field(2.0, ge=0, description="capacity a GPU loses while reconfigured")
     benefit_horizon_minutes: float = Field(30.0, gt=0)
     hysteresis_ratio: float = Field(1.5, ge=1.0, description="benefit must exceed cost this many times")

@@ -3,7 +3,12 @@
 The inputs are plain values a consumer builds from events: the scheduler's `demand_changed` (a
 full snapshot of what waits), `gang_unschedulable` (one gang, newer than the snapshot), the
 forecaster's `forecast_updated` and telemetry's `gpu_idle`. As in nos, a window opens at the first
-input and closes 60 s later, or sooner once 10 s pass with no new input.
+input and closes 60 s later, or sooner once 10 s pass with no new input. An input is new when it
+changes what the window would hand the planner: a snapshot with other shapes, a gang not yet blocked
+in the window (or blocked on other shapes), a forecast that asks for other pod counts, a GPU not yet
+reported idle. A repeat (the forecaster republishes the same demand every step) opens a window, so
+demand that waits is planned again, but does not hold one open: otherwise a source that repeats
+itself more often than every 10 s made every plan wait the whole 60 s.
 """
 
 from __future__ import annotations
@@ -179,7 +184,8 @@ def forecast_shapes(forecast: ForecastDemand) -> dict[PodShape, int]:
 
 
 class DemandWindow:
-    """Batches signals: closes ``window_s`` after it opened, or ``idle_s`` after the last signal."""
+    """Batches signals: closes ``window_s`` after it opened, or ``idle_s`` after the last signal that
+    was new to it (see the module's docstring)."""
 
     def __init__(self, window_s: float = 60.0, idle_s: float = 10.0) -> None:
         if window_s <= 0 or idle_s <= 0:
@@ -201,7 +207,9 @@ class DemandWindow:
     def add(self, signal: Signal) -> None:
         if self._opened_at is None:
             self._opened_at = signal.at
-        self._last_at = max(self._last_at, signal.at)
+            self._last_at = max(self._last_at, signal.at)
+        elif self._is_new(signal):
+            self._last_at = max(self._last_at, signal.at)
         self._signals += 1
         if isinstance(signal, PendingDemand):
             if self._snapshot is None or signal.at >= self._snapshot.at:
@@ -216,6 +224,23 @@ class DemandWindow:
                 self._forecast = signal
         else:
             self._idle[(signal.node, signal.gpu_index)] = signal.utilization_pct
+
+    def _is_new(self, signal: Signal) -> bool:
+        """Whether `signal` changes what the open window would hand the planner."""
+        if isinstance(signal, PendingDemand):
+            snapshot = self._snapshot
+            return snapshot is None or (signal.at >= snapshot.at and signal.shapes != snapshot.shapes)
+        if isinstance(signal, GangBlocked):
+            if self._snapshot is not None and signal.at <= self._snapshot.at:
+                return False  # part of the snapshot already
+            known = self._gangs.get(signal.job_id)
+            return known is None or known.shapes != signal.shapes
+        if isinstance(signal, ForecastDemand):
+            forecast = self._forecast
+            if forecast is None:
+                return True
+            return signal.at >= forecast.at and forecast_shapes(signal) != forecast_shapes(forecast)
+        return (signal.node, signal.gpu_index) not in self._idle
 
     def due(self, now: float) -> bool:
         if self._opened_at is None:

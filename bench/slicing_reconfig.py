@@ -94,6 +94,23 @@ async def _with(context: contextlib.AbstractContextManager[None]) -> AsyncIterat
         yield
 
 
+@contextlib.asynccontextmanager
+async def repeating_forecast(nats_url: str, every_s: float) -> AsyncIterator[None]:
+    """`repeat_forecast` in the background while entered (nothing when `every_s` is 0); a publisher
+    that failed fails the run when it ends."""
+    if not every_s:
+        yield
+        return
+    task = asyncio.create_task(repeat_forecast(nats_url, every_s))
+    try:
+        yield
+    finally:
+        task.cancel()
+        (outcome,) = await asyncio.gather(task, return_exceptions=True)
+    if isinstance(outcome, Exception):
+        raise RuntimeError(f"the repeated forecast stopped: {outcome!r}") from outcome
+
+
 async def repeat_forecast(nats_url: str, every_s: float) -> None:
     """Publish the same forecast (no GPU demand) every `every_s` seconds until cancelled."""
     nc = await nats.connect(nats_url)
@@ -132,12 +149,8 @@ async def run(
             tick_s=0.2,
             planning={"window_s": args.window_s, "idle_s": args.idle_s},
         )
-        forecasts = (
-            asyncio.create_task(repeat_forecast(nats_url, args.forecast_every))
-            if args.forecast_every
-            else None
-        )
         async with (
+            repeating_forecast(nats_url, args.forecast_every),
             running(scheduler_bootstrap.build(scheduler), scheduler),
             _with(window_as_before(window_before)),  # slicing builds its window as it starts
             running(slicing_bootstrap.build(slicing), slicing),
@@ -167,10 +180,6 @@ async def run(
             planned = await _events(nats_url, subjects.LAYOUT_PLANNED)
             done = await _events(nats_url, subjects.RECONFIGURED)
             failed = await _events(nats_url, subjects.RECONFIG_FAILED)
-        if forecasts is not None:
-            forecasts.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await forecasts
         disturbed = [p for p in busy if _phase(cluster, p) != "Running" or _where(cluster, p) != before[p]]
     start = min(created.values())
     per_pod: list[dict[str, Any]] = [
@@ -322,6 +331,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.forecast_every < 0 or args.repeat < 1:
         parser.error("--forecast-every must be >= 0 and --repeat >= 1")
+    if args.repeat > 1 and not args.compare_window:
+        parser.error("--repeat is for --compare-window")
     from tessera.testing.infra import resolve_nats, resolve_postgres
 
     handles = []
